@@ -1,0 +1,241 @@
+"""matrix.toml -> cells: the shipped matrix, range pairing, and one-line errors for bad data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from humming_matrix.errors import ExitCode, MatrixError
+from humming_matrix.matrix import DEFAULT_MATRIX, NoPairingError, load_matrix
+
+SMALL = """
+[matrix]
+recipe = "full"
+
+[recipe.full]
+requirements = ["vllm=={vllm}", "torch=={torch}", "humming-kernels[{extra}]=={humming}"]
+kernels_requirements = ["torch=={torch}", "humming-kernels[{extra}]=={humming}"]
+overrides = ["humming-kernels=={humming}"]
+
+[recipe.bare]
+requirements = ["humming-kernels=={humming}"]
+no_deps = true
+gpus = 0
+preflight = false
+
+[variant.cu128]
+torch_backend = "cu128"
+humming_extra = "cu12"
+
+[variant.cu130]
+torch_backend = "cu130"
+humming_extra = "cu13"
+
+[variant.plain]
+
+[[pairing]]
+humming = ">=0.1.0,<0.1.7"
+versions = ["0.1.5", "0.1.6"]
+vllm = "0.24.0"
+torch = "2.11.0"
+variants = ["cu128", "cu130"]
+
+[[pairing]]
+humming = ">=0.1.7,<0.2"
+versions = ["0.1.19"]
+vllm = "0.33.0"
+torch = "2.14.0"
+variants = ["cu128", "cu130"]
+default_variant = "cu130"
+
+[[pairing]]
+humming = ">=0.2"
+versions = ["0.2.0"]
+recipe = "bare"
+variants = ["plain"]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_shipped_matrix_lists_the_required_cells_with_their_stacks() -> None:
+    matrix = load_matrix(DEFAULT_MATRIX)
+    stacks = {c.session: (str(c.vllm), str(c.torch), c.variant.name) for c in matrix.cells()}
+    assert stacks["humming-0.1.5"] == ("0.24.0", "2.11.0", "cu128")
+    assert stacks["humming-0.1.6"] == ("0.24.0", "2.11.0", "cu128")
+    assert stacks["humming-0.1.6-cu130"] == ("0.24.0", "2.11.0", "cu130")
+    for version in ("0.1.17", "0.1.19", "0.1.20"):
+        assert stacks[f"humming-{version}"] == ("0.33.0", "2.14.0", "cu130")
+        assert stacks[f"humming-{version}-cu128"] == ("0.33.0", "2.14.0", "cu128")
+    assert [str(v) for v in matrix.versions()] == ["0.1.5", "0.1.6", "0.1.17", "0.1.19", "0.1.20"]
+
+
+def test_sessions_tags_and_install_recipe(tmp_path: Path) -> None:
+    matrix = load_matrix(write(tmp_path, SMALL))
+    by_name = {c.session: c for c in matrix.cells()}
+    assert list(by_name) == [
+        "humming-0.1.5",
+        "humming-0.1.5-cu128",
+        "humming-0.1.5-cu130",
+        "humming-0.1.6",
+        "humming-0.1.6-cu128",
+        "humming-0.1.6-cu130",
+        "humming-0.1.19",
+        "humming-0.1.19-cu128",
+        "humming-0.1.19-cu130",
+        "humming-0.2.0",
+        "humming-0.2.0-plain",
+    ]
+    default = by_name["humming-0.1.19"]
+    assert default.tags == ("humming", "humming-0.1.19", "cu130")
+    assert by_name["humming-0.1.19-cu128"].tags == ("humming-0.1.19", "cu128")
+    # The alias of the default variant carries no tag, so no tag selects one environment twice.
+    assert by_name["humming-0.1.19-cu130"].tags == ()
+    assert default.requirements() == (
+        "vllm==0.33.0",
+        "torch==2.14.0",
+        "humming-kernels[cu13]==0.1.19",
+    )
+    assert default.requirements(kernels=True) == ("torch==2.14.0", "humming-kernels[cu13]==0.1.19")
+    assert default.overrides() == ("humming-kernels==0.1.19",)
+    assert default.install_options() == ("--torch-backend", "cu130")
+    assert default.kernels_session == "kernels-0.1.19"
+    assert default.gpus == 1
+    assert default.description == (
+        "humming-kernels 0.1.19 (vLLM 0.33.0, torch 2.14.0, cu130; recipe full)"
+    )
+
+    bare = by_name["humming-0.2.0"]
+    assert bare.requirements() == ("humming-kernels==0.2.0",)
+    assert bare.install_options() == ("--no-deps",)
+    assert (bare.gpus, bare.recipe.preflight, bare.vllm, bare.torch) == (0, False, None, None)
+
+
+def test_cell_for_pairs_an_unlisted_release_by_range(tmp_path: Path) -> None:
+    matrix = load_matrix(write(tmp_path, SMALL))
+    cell = matrix.cell_for("0.1.12")
+    assert (cell.session, str(cell.vllm), str(cell.torch), cell.variant.name, cell.listed) == (
+        "humming-0.1.12",
+        "0.33.0",
+        "2.14.0",
+        "cu130",
+        False,
+    )
+    other = matrix.cell_for(Version("0.1.6"), "cu130")
+    assert (other.session, other.listed, other.is_default_variant) == (
+        "humming-0.1.6-cu130",
+        True,
+        False,
+    )
+    assert matrix.cell_for("0.1.6", "cu128").session == "humming-0.1.6"
+    assert matrix.cell("kernels-0.1.6-cu130") == other
+
+
+def test_cell_for_names_what_is_missing(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        SMALL.replace('humming = ">=0.2"', 'humming = ">=0.3"').replace('"0.2.0"', '"0.3.0"'),
+    )
+    matrix = load_matrix(path)
+    with pytest.raises(NoPairingError) as info:
+        matrix.cell_for("0.2.1")
+    assert str(info.value) == f"{path}: pairing: no pairing's humming range covers version 0.2.1"
+    with pytest.raises(NoPairingError) as info:
+        matrix.cell_for("0.1.6", "cu126")
+    assert str(info.value) == (
+        f"{path}: pairing[0].variants: variant 'cu126' is not offered for 0.1.6 "
+        "(offered: cu128, cu130)"
+    )
+    assert info.value.exit_code == ExitCode.USAGE
+
+
+def test_environment_variable_selects_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, SMALL)
+    monkeypatch.setenv("HUMMING_MATRIX_FILE", str(path))
+    assert load_matrix().path == path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            "[variant.plain]",
+            "[variant.plain]\ncolour = 'red'",
+            "variant.plain.colour: unknown key (known: description, humming_extra, index_url, "
+            "torch_backend)",
+        ),
+        (
+            'versions = ["0.1.19"]',
+            'versions = ["0.1.x"]',
+            "pairing[1].versions: not a version: '0.1.x'",
+        ),
+        (
+            'versions = ["0.1.19"]',
+            'versions = ["0.1.19", "0.1.19"]',
+            "pairing[1].versions: duplicate cell: 0.1.19 listed twice",
+        ),
+        (
+            'versions = ["0.1.19"]',
+            'versions = ["0.1.6"]',
+            "pairing[1].versions: 0.1.6 is outside this pairing's range <0.2,>=0.1.7",
+        ),
+        (
+            'humming = ">=0.1.7,<0.2"',
+            'humming = ">=0.1.5,<0.2"',
+            "pairing[0].versions: 0.1.5 is also covered by pairing[1]'s range",
+        ),
+        (
+            'humming = ">=0.1.7,<0.2"',
+            'humming = "newest"',
+            "pairing[1].humming: not a specifier set: 'newest'",
+        ),
+        (
+            'variants = ["plain"]',
+            'variants = ["cu126"]',
+            "pairing[2].variants: unknown variant 'cu126'",
+        ),
+        (
+            'default_variant = "cu130"',
+            'default_variant = "cu126"',
+            "pairing[1].default_variant: 'cu126' is not in this pairing's variants",
+        ),
+        ('vllm = "0.33.0"\n', "", "pairing[1].vllm: required: recipe 'full' installs {vllm}"),
+        (
+            "no_deps = true",
+            'no_deps = "yes"',
+            "recipe.bare.no_deps: must be true or false, not 'yes'",
+        ),
+        (
+            'overrides = ["humming-kernels=={humming}"]',
+            'overrides = ["humming-kernels=={hk}"]',
+            "recipe.full.overrides: unknown placeholder {hk} in 'humming-kernels=={hk}' "
+            "(known: extra, humming, torch, vllm)",
+        ),
+        ('recipe = "full"', 'recipe = "fast"', "matrix.recipe: unknown recipe 'fast'"),
+    ],
+)
+def test_bad_matrix_data_is_one_line_naming_file_and_key(
+    tmp_path: Path, old: str, new: str, expected: str
+) -> None:
+    assert old in SMALL
+    path = write(tmp_path, SMALL.replace(old, new, 1))
+    with pytest.raises(MatrixError) as info:
+        load_matrix(path)
+    assert str(info.value) == f"{path}: {expected}"
+    assert "\n" not in str(info.value)
+
+
+def test_unreadable_or_malformed_file(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.toml"
+    with pytest.raises(MatrixError, match=r"absent\.toml: no such file$"):
+        load_matrix(missing)
+    with pytest.raises(MatrixError, match=r"matrix\.toml: not valid TOML: "):
+        load_matrix(write(tmp_path, "[matrix\n"))
