@@ -1,0 +1,5 @@
+import sys
+
+from humming_matrix.cli import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""The command line: one boundary where errors become a one-line message and an exit code.
+
+Each subcommand lives in its own module here and exposes `register(subparsers)`, which adds its
+parser and sets `handler` to a function `(argparse.Namespace) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from humming_matrix import __version__
+from humming_matrix.errors import ExitCode, HummingMatrixError, ServerError
+
+# One entry per subcommand module in this package, in the order `--help` lists them.
+COMMANDS: tuple[str, ...] = ("run",)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 with its own text on bad usage; keep that, but as one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="humming-matrix",
+        description="Guard humming-kernels upgrades: run, compare, bisect, gate.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = int(args.handler(args))
+    except HummingMatrixError as exc:
+        message = str(exc).replace("\n", " ").strip()
+        print(f"humming-matrix: error: {message}", file=sys.stderr)
+        if isinstance(exc, ServerError) and exc.log_tail:
+            print(f"--- server log (tail) ---\n{exc.log_tail}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("humming-matrix: interrupted", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    return code

@@ -1,0 +1,159 @@
+"""One config against one endpoint: ask every question, score it, build the result record."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from humming_matrix.client import Completion, CompletionsClient, RetryPolicy, run_completions
+from humming_matrix.config import EvalConfig
+from humming_matrix.gsm8k import STOP, Prompt, extract_answer
+from humming_matrix.progress import Progress
+from humming_matrix.results import (
+    ConfigInfo,
+    Gsm8kRecord,
+    Metrics,
+    QuestionOutcome,
+    new_run_id,
+    utc_now_iso,
+)
+
+NOT_ASKED = "not asked: the run stopped first"
+
+
+def score(prompt: Prompt, completion: Completion) -> QuestionOutcome:
+    if completion.error is not None or completion.text is None:
+        return QuestionOutcome(prompt.index, False, None, prompt.label,
+                               completion.error or "no text", "")
+    prediction = extract_answer(completion.text)
+    return QuestionOutcome(prompt.index, prediction == prompt.label, prediction, prompt.label,
+                           None, completion.text)
+
+
+def request_params(config: EvalConfig) -> dict[str, Any]:
+    """The body fields besides the prompt, as vLLM's harness sends them (None means omitted)."""
+    return {
+        "max_tokens": config.max_tokens,
+        "stop": list(STOP),
+        "temperature": config.temperature,
+        "seed": config.seed,
+    }
+
+
+def passes(accuracy: float, config: EvalConfig) -> bool:
+    """vLLM's gate, written as its test writes it: measured >= expected - tolerance."""
+    return accuracy >= config.accuracy_threshold - config.tolerance
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    retries: int = 3
+    max_errors: int = 0
+
+
+class Evaluation:
+    """Outcomes accumulate here as answers arrive, so a run cut short still leaves a record."""
+
+    def __init__(
+        self,
+        config: EvalConfig,
+        prompts: Sequence[Prompt],
+        environment: Mapping[str, Any],
+        server: dict[str, Any],
+        *,
+        previous: Gsm8kRecord | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.prompts = list(prompts)
+        self.environment = dict(environment)
+        # The caller adds the endpoint and command once the server is up; share, don't copy.
+        self.server = server
+        self.previous = previous
+        self.clock = clock
+        self.run_id = new_run_id()
+        self.outcomes: dict[int, QuestionOutcome] = {}
+        self._prior_duration = 0.0
+        if previous is not None:
+            self._prior_duration = previous.metrics.duration
+            for q in previous.questions:
+                if q.error is None:
+                    self.outcomes[q.index] = q
+        self._started: float | None = None
+
+    @property
+    def pending(self) -> list[Prompt]:
+        return [p for p in self.prompts if p.index not in self.outcomes]
+
+    def ask(self, client: CompletionsClient, progress: Progress) -> None:
+        pending = self.pending
+        by_index = {p.index: p for p in pending}
+        progress.start(self.config.name, len(self.prompts), len(self.prompts) - len(pending))
+        self._started = self.clock()
+
+        def on_done(completion: Completion) -> None:
+            self.outcomes[completion.index] = score(by_index[completion.index], completion)
+            progress.advance()
+
+        try:
+            run_completions(client, [(p.index, p.text) for p in pending], on_done)
+        finally:
+            progress.finish()
+
+    def _elapsed(self) -> float:
+        return 0.0 if self._started is None else self.clock() - self._started
+
+    @property
+    def error_count(self) -> int:
+        return sum(1 for q in self.outcomes.values() if q.error is not None)
+
+    def record(self, complete: bool) -> Gsm8kRecord:
+        questions = tuple(
+            self.outcomes.get(p.index)
+            or QuestionOutcome(p.index, False, None, p.label, NOT_ASKED, "")
+            for p in self.prompts
+        )
+        n = len(questions)
+        correct = sum(q.correct for q in questions)
+        invalid = sum(1 for q in questions if q.error is None and q.prediction is None)
+        errors = sum(1 for q in questions if q.error is not None)
+        accuracy = correct / n if n else 0.0
+        return Gsm8kRecord(
+            run_id=self.run_id,
+            created=utc_now_iso(),
+            complete=complete,
+            resumed_from=self.previous.run_id if self.previous else None,
+            config=ConfigInfo(
+                name=self.config.name,
+                path=str(self.config.path),
+                sha256=self.config.sha256,
+                fields=dict(self.config.fields),
+            ),
+            environment=self.environment,
+            server=self.server,
+            metrics=Metrics(
+                accuracy=accuracy,
+                invalid_rate=invalid / n if n else 0.0,
+                error_count=errors,
+                num_questions=n,
+                threshold=self.config.accuracy_threshold,
+                tolerance=self.config.tolerance,
+                passed=complete and passes(accuracy, self.config),
+                duration=self._prior_duration + self._elapsed(),
+            ),
+            questions=questions,
+        )
+
+
+def make_client(config: EvalConfig, url: str, settings: RunSettings,
+                check_server: Callable[[], None] | None) -> CompletionsClient:
+    return CompletionsClient(
+        url,
+        request_params(config),
+        concurrency=config.concurrency,
+        timeout=config.request_timeout_seconds,
+        retry=RetryPolicy(retries=settings.retries),
+        check_server=check_server,
+    )

@@ -1,0 +1,308 @@
+"""Result records: the schema, atomic never-overwriting writes, and lookup in a store.
+
+A store is a directory of JSON files, one per (config, run). It is the only interface between the
+sessions that produce results and the commands that judge them, so records from many machines must
+merge by copying files into one folder: every file name is unique (time, host, random suffix) and
+no file is ever written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.errors import RecordError
+
+SCHEMA_VERSION = 1
+SECRET_MARKERS = ("TOKEN", "KEY", "SECRET")
+REDACTED = "***"
+
+
+class RecordKind(str, Enum):
+    GSM8K = "gsm8k"
+    KERNELS = "kernels"
+    LM_EVAL = "lm-eval"
+
+
+def redact(env: Mapping[str, str]) -> dict[str, str]:
+    """Values of variables whose names look like credentials never reach a record."""
+    return {
+        name: (REDACTED if any(m in name.upper() for m in SECRET_MARKERS) else value)
+        for name, value in env.items()
+    }
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable by time, unique across machines: `20261202T140501Z-host-1a2b3c`."""
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    host = "".join(c if c.isalnum() else "-" for c in socket.gethostname())[:24] or "host"
+    return f"{stamp}-{host}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True)
+class QuestionOutcome:
+    """One GSM8K question. `prediction` is None when the answer held no digits (invalid) or the
+    request failed; `error` is set only in the latter case."""
+
+    index: int
+    correct: bool
+    prediction: int | None
+    label: int
+    error: str | None = None
+    output: str = ""
+
+    @property
+    def answered(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    accuracy: float
+    invalid_rate: float
+    error_count: int
+    num_questions: int
+    threshold: float
+    tolerance: float
+    passed: bool
+    duration: float
+
+
+@dataclass(frozen=True)
+class ConfigInfo:
+    name: str
+    path: str
+    sha256: str
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Gsm8kRecord:
+    """One config evaluated once in one environment."""
+
+    run_id: str
+    created: str
+    complete: bool
+    config: ConfigInfo
+    environment: Mapping[str, Any]
+    metrics: Metrics
+    questions: tuple[QuestionOutcome, ...]
+    server: Mapping[str, Any] = field(default_factory=dict)
+    resumed_from: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    kind: RecordKind = RecordKind.GSM8K
+
+    @property
+    def humming_version(self) -> str | None:
+        value = self.environment.get("humming_kernels")
+        return str(value) if value is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "kind": self.kind.value,
+            "run_id": self.run_id,
+            "created": self.created,
+            "complete": self.complete,
+            "resumed_from": self.resumed_from,
+            "config": {
+                "name": self.config.name,
+                "path": self.config.path,
+                "sha256": self.config.sha256,
+                "fields": dict(self.config.fields),
+            },
+            "environment": dict(self.environment),
+            "server": dict(self.server),
+            "metrics": {
+                "accuracy": self.metrics.accuracy,
+                "invalid_rate": self.metrics.invalid_rate,
+                "error_count": self.metrics.error_count,
+                "num_questions": self.metrics.num_questions,
+                "threshold": self.metrics.threshold,
+                "tolerance": self.metrics.tolerance,
+                "passed": self.metrics.passed,
+                "duration": self.metrics.duration,
+            },
+            "questions": [
+                {
+                    "index": q.index,
+                    "correct": q.correct,
+                    "prediction": q.prediction,
+                    "label": q.label,
+                    "error": q.error,
+                    "output": q.output,
+                }
+                for q in self.questions
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], path: Path) -> Gsm8kRecord:
+        reader = _Reader(path)
+        if reader.get(data, "schema_version", int) != SCHEMA_VERSION:
+            raise RecordError(path, "schema_version", f"expected {SCHEMA_VERSION}")
+        kind = reader.get(data, "kind", str)
+        if kind != RecordKind.GSM8K.value:
+            raise RecordError(path, "kind", f"expected 'gsm8k', got {kind!r}")
+        config = reader.get(data, "config", dict)
+        metrics = reader.get(data, "metrics", dict)
+        questions = reader.get(data, "questions", list)
+        outcomes = []
+        for i, q in enumerate(questions):
+            where = f"questions[{i}]"
+            if not isinstance(q, dict):
+                raise RecordError(path, where, "expected an object")
+            outcomes.append(
+                QuestionOutcome(
+                    index=reader.get(q, "index", int, where),
+                    correct=reader.get(q, "correct", bool, where),
+                    prediction=reader.get(q, "prediction", (int, type(None)), where),
+                    label=reader.get(q, "label", int, where),
+                    error=reader.get(q, "error", (str, type(None)), where),
+                    output=reader.get(q, "output", str, where, default=""),
+                )
+            )
+        return cls(
+            run_id=reader.get(data, "run_id", str),
+            created=reader.get(data, "created", str),
+            complete=reader.get(data, "complete", bool),
+            resumed_from=reader.get(data, "resumed_from", (str, type(None)), default=None),
+            config=ConfigInfo(
+                name=reader.get(config, "name", str, "config"),
+                path=reader.get(config, "path", str, "config"),
+                sha256=reader.get(config, "sha256", str, "config"),
+                fields=reader.get(config, "fields", dict, "config"),
+            ),
+            environment=reader.get(data, "environment", dict),
+            server=reader.get(data, "server", dict, default={}),
+            metrics=Metrics(
+                accuracy=reader.get(metrics, "accuracy", (int, float), "metrics"),
+                invalid_rate=reader.get(metrics, "invalid_rate", (int, float), "metrics"),
+                error_count=reader.get(metrics, "error_count", int, "metrics"),
+                num_questions=reader.get(metrics, "num_questions", int, "metrics"),
+                threshold=reader.get(metrics, "threshold", (int, float), "metrics"),
+                tolerance=reader.get(metrics, "tolerance", (int, float), "metrics"),
+                passed=reader.get(metrics, "passed", bool, "metrics"),
+                duration=reader.get(metrics, "duration", (int, float), "metrics"),
+            ),
+            questions=tuple(outcomes),
+        )
+
+
+class _Reader:
+    """Typed field access whose errors name the file and the key path."""
+
+    _MISSING = object()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def get(
+        self,
+        data: Mapping[str, Any],
+        key: str,
+        types: type | tuple[type, ...],
+        prefix: str = "",
+        default: Any = _MISSING,
+    ) -> Any:
+        where = f"{prefix}.{key}" if prefix else key
+        if key not in data:
+            if default is not self._MISSING:
+                return default
+            raise RecordError(self.path, where, "missing")
+        value = data[key]
+        wanted = types if isinstance(types, tuple) else (types,)
+        # bool is an int in Python; a record that says `"index": true` is still wrong.
+        if isinstance(value, bool) and bool not in wanted:
+            raise RecordError(self.path, where, f"expected {_names(wanted)}, got bool")
+        if not isinstance(value, wanted):
+            raise RecordError(
+                self.path, where, f"expected {_names(wanted)}, got {type(value).__name__}"
+            )
+        return value
+
+
+def _names(types: Sequence[type]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def record_filename(kind: RecordKind, name: str, version: str | None, run_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+    return f"{kind.value}__{safe}__{version or 'unknown'}__{run_id}.json"
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> Path:
+    """Write `data` to `path` in one step, refusing to replace an existing file.
+
+    The bytes go to a temporary file in the same directory, are flushed to disk, and are then
+    hard-linked into place: a reader never sees half a record, and a name once taken stays taken.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise RecordError(
+                path, None, "a record of that name exists; records are never overwritten"
+            ) from None
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def write_record(store: Path, record: Gsm8kRecord) -> Path:
+    name = record_filename(record.kind, record.config.name, record.humming_version, record.run_id)
+    return write_json_atomic(store / name, record.to_json())
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(path, None, "no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RecordError(path, None, f"not a JSON record ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError(path, None, "not a JSON object")
+    return data
+
+
+def load_gsm8k_record(path: Path) -> Gsm8kRecord:
+    return Gsm8kRecord.from_json(read_json(path), path)
+
+
+def record_paths(location: Path, kind: RecordKind | None = None) -> list[Path]:
+    """A record file itself, or every record file under a store directory (recursively, so a
+    folder of downloaded CI artifacts works), in name order."""
+    if location.is_file():
+        return [location]
+    if not location.is_dir():
+        raise RecordError(location, None, "no such file or directory")
+    prefix = f"{kind.value}__" if kind else ""
+    return sorted(
+        p for p in location.rglob(f"{prefix}*.json") if not p.name.startswith(".tmp-")
+    )
+
+
+def iter_gsm8k_records(location: Path) -> Iterator[tuple[Path, Gsm8kRecord]]:
+    for path in record_paths(location, RecordKind.GSM8K):
+        yield path, load_gsm8k_record(path)
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

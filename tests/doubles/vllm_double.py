@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""TEST DOUBLE of `vllm serve`: a stand-in OpenAI-compatible completions server.
+
+It is put first on PATH as an executable named `vllm` by the tests, so the product's real launcher,
+health wait, HTTP client, scoring and records run against it. It is not vLLM and computes nothing:
+it recognises each GSM8K test question in the prompt and answers by a policy the test chooses.
+
+Standard library only: under nox it runs in the session's own interpreter (`/usr/bin/env python3`
+resolves to the session venv), so it can read the installed humming-kernels version.
+
+Policy: JSON in the environment variable HUMMING_DOUBLE_POLICY (from the test's environment or the
+config's `env`, which also checks that the config env reaches the server). Keys, all optional:
+  wrong: [index...]           answered with label + 1
+  invalid: [index...]         answered with no digits
+  wrong_if_humming: {"<specifier>": [index...]}   wrong when the installed humming-kernels
+                              version is in the specifier set (`>=`,`<`,`==`... comma-joined)
+  fail: {"index": n}          the first n requests for that question get HTTP 500
+  die_at: k                   the process exits (code 1) when the k-th completion request arrives
+  hang_at: k                  from the k-th request on, requests never get an answer
+  startup_delay: s            seconds before the server listens
+  exit_at_start: code         print a fatal message and exit with that code before listening
+  never_healthy: true         /health answers 503 forever
+  spawn_child: true           start a child in the same process group (as vLLM's engine does)
+  ignore_sigterm: true        ignore SIGTERM (the launcher must escalate to SIGKILL)
+  record: path                write {argv, env, pid, child_pid, humming} as JSON there at start
+  record_env: [name...]       environment variable names to include in that record
+  delay: s                    seconds to wait before each answer
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+EXPECTED_STOP = ["Question", "Assistant:", "<|separator|>"]
+
+
+def _humming_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("humming-kernels")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+def _in_specifier(version: str, spec: str) -> bool:
+    """A deliberately tiny specifier check (no `packaging` in a bare session venv)."""
+    v = _version_tuple(version)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        op, bound = re.match(r"(==|!=|>=|<=|>|<)\s*(.+)", clause).groups()  # type: ignore[union-attr]
+        b = _version_tuple(bound)
+        ok = {
+            "==": v == b, "!=": v != b, ">=": v >= b, "<=": v <= b, ">": v > b, "<": v < b,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+class Double:
+    def __init__(self, policy: dict[str, Any], model: str) -> None:
+        self.policy = policy
+        self.model = model
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.failures: dict[int, int] = {}
+        data_dir = Path(os.environ["HUMMING_MATRIX_GSM8K_DIR"])
+        self.questions: dict[str, tuple[int, int]] = {}
+        with (data_dir / "test.jsonl").open(encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                row = json.loads(line)
+                label = int(row["answer"].split("####")[-1].strip().replace(",", ""))
+                self.questions[row["question"]] = (i, label)
+        humming = _humming_version()
+        self.wrong = set(policy.get("wrong", []))
+        for spec, indices in policy.get("wrong_if_humming", {}).items():
+            if humming is not None and _in_specifier(humming, spec):
+                self.wrong.update(indices)
+        self.invalid = set(policy.get("invalid", []))
+        self.fail = {int(k): int(v) for k, v in policy.get("fail", {}).items()}
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            self.requests += 1
+            n = self.requests
+        if self.policy.get("die_at") == n:
+            os._exit(1)
+        hang_at = self.policy.get("hang_at")
+        if hang_at is not None and n >= hang_at:
+            time.sleep(3600)
+        for key, expected in (("max_tokens", 256), ("temperature", 0.0), ("seed", 42),
+                              ("stop", EXPECTED_STOP)):
+            if body.get(key) != expected:
+                return 400, {"error": f"double expects {key}={expected!r}, got {body.get(key)!r}"}
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt.endswith("\nAnswer:"):
+            return 400, {"error": "prompt must be a string ending in '\\nAnswer:'"}
+        question = prompt[prompt.rfind("Question: ") + len("Question: "): -len("\nAnswer:")]
+        if question not in self.questions:
+            return 400, {"error": "unknown question"}
+        index, label = self.questions[question]
+        with self.lock:
+            seen = self.failures.get(index, 0)
+            self.failures[index] = seen + 1
+        if seen < self.fail.get(index, 0):
+            return 500, {"error": "double: planted server error"}
+        if self.policy.get("delay"):
+            time.sleep(float(self.policy["delay"]))
+        if index in self.invalid:
+            text = " I am not sure how to solve this."
+        else:
+            value = label + 1 if index in self.wrong else label
+            text = f" Step by step, 2 + 2 = 4.\nSo the answer is ${value:,}.\n\n"
+        return 200, {
+            "id": f"cmpl-{n}",
+            "object": "text_completion",
+            "model": self.model,
+            "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 8, "total_tokens": 9},
+        }
+
+
+def _handler(double: Double) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, code: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                code = 503 if double.policy.get("never_healthy") else 200
+                self._send(code, {})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": double.model}]})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path != "/v1/completions":
+                self._send(404, {"error": "not found"})
+                return
+            code, payload = double.answer(body)
+            self._send(code, payload)
+
+    return Handler
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] != "serve":
+        print("vllm double: only `vllm serve MODEL ... --port N` is supported", file=sys.stderr)
+        return 2
+    model = argv[1]
+    port = int(argv[argv.index("--port") + 1])
+    policy: dict[str, Any] = json.loads(os.environ.get("HUMMING_DOUBLE_POLICY", "{}"))
+    print(f"vllm double: serve {model} on port {port}", flush=True)
+    if policy.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = None
+    if policy.get("spawn_child"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    if "record" in policy:
+        names = policy.get("record_env", [])
+        Path(policy["record"]).write_text(json.dumps({
+            "argv": argv,
+            "env": {n: os.environ.get(n) for n in names},
+            "pid": os.getpid(),
+            "child_pid": child.pid if child else None,
+            "humming": _humming_version(),
+        }))
+    if "exit_at_start" in policy:
+        print("vllm double: planted fatal error: CUDA out of memory", flush=True)
+        return int(policy["exit_at_start"])
+    time.sleep(float(policy.get("startup_delay", 0)))
+    double = Double(policy, model)
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(double))
+    server.daemon_threads = True
+    print("vllm double: ready", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
