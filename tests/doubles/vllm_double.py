@@ -25,6 +25,16 @@ config's `env`, which also checks that the config env reaches the server). Keys,
   record: path                write {argv, env, pid, child_pid, humming} as JSON there at start
   record_env: [name...]       environment variable names to include in that record
   delay: s                    seconds to wait before each answer
+  log_requests: path          append the question index of every completion request, one a line
+  lm_eval: true               lm-eval mode: accept lm-eval `local-completions` requests instead of
+                              the GSM8K harness's exact parameters (any max_tokens, stop list and
+                              seed; `model` must name the served model; temperature 0), and answer
+                              in GSM8K's own format, `... #### <value>`, which lm-eval's
+                              strict-match filter reads
+  no_marker: [index...]       (lm-eval mode) answered correctly but without `####`, so only
+                              lm-eval's flexible-extract filter finds the number
+  lm_eval_log: path           (lm-eval mode) append one JSON line per completion request:
+                              {index, model, max_tokens, temperature, stop, seed, shots}
 """
 
 from __future__ import annotations
@@ -93,6 +103,21 @@ class Double:
         self.invalid = set(policy.get("invalid", []))
         self.fail = {int(k): int(v) for k, v in policy.get("fail", {}).items()}
 
+    def _lm_eval_problem(self, body: dict[str, Any]) -> str | None:
+        """Why a request is not what lm-eval's `local-completions` sends, or None if it is."""
+        if body.get("model") != self.model:
+            return f"double expects model={self.model!r}, got {body.get('model')!r}"
+        if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
+            return f"double expects a positive max_tokens, got {body.get('max_tokens')!r}"
+        if body.get("temperature") not in (0, 0.0):
+            return f"double expects temperature 0, got {body.get('temperature')!r}"
+        stop = body.get("stop")
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            return f"double expects a stop list of strings, got {stop!r}"
+        if body.get("echo") or body.get("logprobs"):
+            return "double answers generation requests only (no echo/logprobs)"
+        return None
+
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.requests += 1
@@ -102,7 +127,13 @@ class Double:
         hang_at = self.policy.get("hang_at")
         if hang_at is not None and n >= hang_at:
             time.sleep(3600)
-        for key, expected in (("max_tokens", 256), ("temperature", 0.0), ("seed", 42),
+        lm_eval = bool(self.policy.get("lm_eval"))
+        if lm_eval:
+            problem = self._lm_eval_problem(body)
+            if problem:
+                return 400, {"error": problem}
+        for key, expected in () if lm_eval else (("max_tokens", 256), ("temperature", 0.0),
+                                                 ("seed", 42),
                               ("stop", EXPECTED_STOP)):
             if body.get(key) != expected:
                 return 400, {"error": f"double expects {key}={expected!r}, got {body.get(key)!r}"}
@@ -113,6 +144,15 @@ class Double:
         if question not in self.questions:
             return 400, {"error": "unknown question"}
         index, label = self.questions[question]
+        if lm_eval and "lm_eval_log" in self.policy:
+            entry = {key: body.get(key) for key in ("model", "max_tokens", "temperature", "stop",
+                                                    "seed")}
+            entry.update(index=index, shots=prompt.count("Question: ") - 1)
+            with self.lock, open(self.policy["lm_eval_log"], "a", encoding="utf-8") as log:
+                log.write(json.dumps(entry) + "\n")
+        if "log_requests" in self.policy:
+            with self.lock, open(self.policy["log_requests"], "a", encoding="utf-8") as log:
+                log.write(f"{index}\n")
         with self.lock:
             seen = self.failures.get(index, 0)
             self.failures[index] = seen + 1
@@ -125,6 +165,8 @@ class Double:
         else:
             value = label + 1 if index in self.wrong else label
             text = f" Step by step, 2 + 2 = 4.\nSo the answer is ${value:,}.\n\n"
+            if lm_eval and index not in self.policy.get("no_marker", []):
+                text = f" Step by step, 2 + 2 = 4.\n#### {value}"
         return 200, {
             "id": f"cmpl-{n}",
             "object": "text_completion",
