@@ -58,13 +58,14 @@ class Jobs:
         return self.tmp / "events.log"
 
     def start(
-        self, name: str, *slot_args: str, code: int = 0, hold: float = -1.0
+        self, name: str, *slot_args: str, code: int = 0, hold: float = -1.0,
+        job_args: tuple[str, ...] = (),
     ) -> subprocess.Popen[bytes]:
         stderr = (self.tmp / f"{name}.stderr").open("wb")
         proc = subprocess.Popen(
             [sys.executable, "-m", "humming_matrix", "slots", *slot_args, "--",
              sys.executable, str(self.tmp / "job_double.py"), name, str(self.log),
-             str(self.tmp / "release"), str(code), str(hold)],
+             str(self.tmp / "release"), str(code), str(hold), *job_args],
             env=self.env, stdout=subprocess.DEVNULL, stderr=stderr,
         )
         stderr.close()
@@ -219,6 +220,13 @@ def test_gpu_count_comes_from_the_configs_tensor_parallel_size(jobs: Jobs) -> No
     assert a.wait(timeout=WAIT_S) == 0
     assert jobs.devices_of("a") == ("0", "1")
 
+    # With no count given, the configs the wrapped command names decide.
+    c = jobs.start("c", job_args=("--limit", "3", f"--config={jobs.tmp / 'tp2.yaml'}"))
+    wait_for(lambda: jobs.started("c"), "c to start")
+    jobs.release("c")
+    assert c.wait(timeout=WAIT_S) == 0
+    assert jobs.devices_of("c") == ("0", "1")
+
     jobs.env["HUMMING_MATRIX_GPUS"] = "0"
     b = jobs.start("b", "--config", str(jobs.tmp / "tp2.yaml"))
     assert b.wait(timeout=WAIT_S) == 3
@@ -236,6 +244,8 @@ def test_bad_usage_is_one_line_and_exit_2(jobs: Jobs) -> None:
             "slots: give --gpus or --config/--config-list, not both",
         ("--config", str(bad_config)): f"{bad_config}: accuracy_threshold: missing required key",
         ("--gpus", "0"): "a GPU slot request needs at least 1 GPU, not 0",
+        (): "slots: say how many GPUs (--gpus N, --config/--config-list, or a wrapped command"
+            " with --config/--config-list)",
     }
     for i, (args, message) in enumerate(cases.items()):
         proc = jobs.start(f"bad{i}", *args)

@@ -1,7 +1,7 @@
 """`humming-matrix slots`: run a command on GPUs of its own, taken from the machine's slot pool.
 
-    humming-matrix slots --config-list configs/gsm8k/humming/config.txt -- \\
-        humming-matrix run --config-list configs/gsm8k/humming/config.txt
+    humming-matrix slots -- humming-matrix run --config-list configs/gsm8k/humming/config.txt
+    humming-matrix slots --gpus 2 -- ./my-gpu-job.sh
     humming-matrix slots --status
 
 The command runs with `CUDA_VISIBLE_DEVICES` naming the GPUs it was given and the slots are held
@@ -43,7 +43,8 @@ def register(sub: Any) -> None:
     need.add_argument("--status", action="store_true",
                       help="list who holds which GPU and exit")
     p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
-                   help="reserve the largest --tensor-parallel-size of these configs; repeatable")
+                   help="reserve the largest --tensor-parallel-size of these configs; repeatable"
+                   " (default: those the wrapped command names with --config/--config-list)")
     p.add_argument("--config-list", action="append", type=Path, default=[], metavar="FILE",
                    help="as --config, for every config of a list file; repeatable")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -58,15 +59,31 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=main)
 
 
-def gpus_needed(args: argparse.Namespace) -> int:
+def _configs_of(command: Sequence[str]) -> tuple[list[Path], list[Path]]:
+    """The `--config`/`--config-list` options of a wrapped `humming-matrix run` command."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--config", action="append", type=Path, default=[])
+    parser.add_argument("--config-list", action="append", type=Path, default=[])
+    known, _ = parser.parse_known_args(list(command))
+    return known.config, known.config_list
+
+
+def gpus_needed(args: argparse.Namespace, command: Sequence[str]) -> int:
+    """--gpus; else the largest tensor parallel size of --config/--config-list; else of the
+    configs the wrapped command names."""
     if args.gpus is not None:
         if args.config or args.config_list:
             raise UsageError("slots: give --gpus or --config/--config-list, not both")
         return int(args.gpus)
-    if not args.config and not args.config_list:
-        raise UsageError("slots: say how many GPUs (--gpus N, or --config/--config-list)")
-    configs = load_configs(args.config, args.config_list)
-    return max(c.tensor_parallel_size for c in configs)
+    configs, lists = (args.config, args.config_list)
+    if not configs and not lists:
+        configs, lists = _configs_of(command)
+    if not configs and not lists:
+        raise UsageError(
+            "slots: say how many GPUs (--gpus N, --config/--config-list, or a wrapped command"
+            " with --config/--config-list)"
+        )
+    return max(c.tensor_parallel_size for c in load_configs(configs, lists))
 
 
 def run_child(
@@ -145,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
         return int(ExitCode.OK)
     if not command:
         raise UsageError("slots: give the command to run after `--`")
-    count = gpus_needed(args)
+    count = gpus_needed(args, command)
     owner = args.owner or " ".join(command)[:200]
     with pool.acquire(count, owner=owner, timeout=args.timeout,
                       on_wait=_report_wait(count)) as lease:
