@@ -1,0 +1,97 @@
+"""From two probes' records to one verdict: the paired comparison (humming_matrix.compare) per
+config, folded into good / bad for bisect and pre-merge.
+
+A candidate is bad when any config fails the gate as `compare` defines it: a significant drop of
+at least the minimum effect, or the config's absolute threshold missed (vLLM's own check, kept as
+a backstop). "Inconclusive" is not bad: bisect must not blame a version on noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.bisection import Verdict
+from humming_matrix.compare import (
+    ConfigComparison,
+    LoadedRecord,
+    Settings,
+    compare_records,
+    points,
+)
+from humming_matrix.errors import RecordError
+from humming_matrix.results import load_gsm8k_record
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    summary: str  # one line for the progress output and the tables
+    evidence: Mapping[str, Any] = field(default_factory=dict)  # JSON-ready, per config
+    comparisons: tuple[ConfigComparison, ...] = ()
+
+
+def _load(records: Mapping[str, Path]) -> dict[str, LoadedRecord]:
+    return {name: LoadedRecord(path, load_gsm8k_record(path)) for name, path in records.items()}
+
+
+def short_line(c: ConfigComparison) -> str:
+    """The evidence a person reads first: delta, its interval, mid-p, flips."""
+    interval = c.difference_interval
+    text = (
+        f"{c.config}: {c.verdict.value}, {points(c.difference)} points "
+        f"[{points(interval.low)}, {points(interval.high)}], mid-p {c.p_regression:.3g}, "
+        f"b={c.table.right_to_wrong} c={c.table.wrong_to_right}"
+    )
+    if not c.candidate.passed_threshold:
+        text += f", below threshold ({c.candidate.record_accuracy:.4f})"
+    return text
+
+
+@dataclass(frozen=True)
+class PairedJudge:
+    settings: Settings = field(default_factory=Settings)
+
+    def __call__(
+        self, baseline: Mapping[str, Path], candidate: Mapping[str, Path]
+    ) -> Judgement:
+        base, cand = _load(baseline), _load(candidate)
+        missing = sorted(set(base) - set(cand))
+        if missing:
+            raise RecordError(
+                next(iter(candidate.values()), Path("?")),
+                f"config {missing[0]}",
+                "the candidate has no record of this config",
+            )
+        comparisons = tuple(
+            compare_records(base[name], cand[name], self.settings) for name in sorted(base)
+        )
+        failed = [c for c in comparisons if c.gate_failed]
+        verdict = Verdict.BAD if failed else Verdict.GOOD
+        shown = failed or list(comparisons)
+        return Judgement(
+            verdict=verdict,
+            summary="; ".join(short_line(c) for c in shown),
+            evidence={c.config: c.to_json() for c in comparisons},
+            comparisons=comparisons,
+        )
+
+    def alone(self, records: Mapping[str, Path]) -> Judgement:
+        """The baseline has nothing to be compared with: it must pass its own thresholds."""
+        loaded = _load(records)
+        below = [
+            f"{name}: accuracy {r.record.metrics.accuracy:.4f} below its threshold "
+            f"{r.record.metrics.threshold:g} - {r.record.metrics.tolerance:g}"
+            for name, r in sorted(loaded.items())
+            if not r.record.metrics.passed
+        ]
+        if below:
+            return Judgement(Verdict.BAD, "; ".join(below))
+        summary = ", ".join(
+            f"{name}: accuracy {r.record.metrics.accuracy:.4f} on "
+            f"{r.record.metrics.num_questions} questions"
+            for name, r in sorted(loaded.items())
+        )
+        return Judgement(Verdict.GOOD, f"baseline, {summary}")

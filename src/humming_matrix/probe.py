@@ -1,0 +1,289 @@
+"""Test one humming-kernels version: its matrix session through nox, or its records already stored.
+
+A probe answers "what did this version score on the suite?" with the records of a complete run,
+or says why there are none. It never judges: bisect and pre-merge compare what it returns.
+
+The store is the interface (DESIGN.md): a probe first looks for complete records of every config
+from the same session (cell), the same config file (sha256), the same question count and the same
+GPU model, and runs nothing when it finds them. Otherwise it runs `nox -s <session> -- run-args`
+and reads back what the session wrote. nox exits 1 whatever went wrong inside a session, so the
+exit code says little: a probe that ends without a complete record for every config is
+untestable (install failure, failed preflight, server never ready), with the tail of nox's output
+as the reason, and never counts as bad.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import IO, Protocol
+
+from humming_matrix import environment
+from humming_matrix.config import EvalConfig
+from humming_matrix.errors import RecordError
+from humming_matrix.matrix import Cell
+from humming_matrix.results import Gsm8kRecord, RecordKind, load_gsm8k_record, record_paths
+from humming_matrix.slots import DEVICES_ENV, SLOT_DIR_ENV, SlotPool
+
+# The noxfile generates sessions for versions no matrix list names when they appear here.
+EXTRA_VERSIONS_ENV = "HUMMING_MATRIX_EXTRA_VERSIONS"
+DEFAULT_PROBE_TIMEOUT_S = 4 * 3600.0
+_TAIL_LINES = 40
+
+
+class ProbeStatus(str, Enum):
+    RAN = "ran"
+    REUSED = "reused"  # every record came from the store; nothing ran
+    UNTESTABLE = "untestable"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What every probe runs: the configs, the run arguments that select them, the store."""
+
+    configs: tuple[EvalConfig, ...]
+    run_args: tuple[str, ...]  # `--config-list FILE` / `--config FILE`, as `run` takes them
+    store: Path
+    limit: int | None = None
+
+    def question_count(self, config: EvalConfig) -> int:
+        return min(config.num_questions, self.limit) if self.limit else config.num_questions
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    version: str
+    session: str
+    status: ProbeStatus
+    # config name -> the record's path, for every config of the suite (empty when untestable)
+    records: Mapping[str, Path] = field(default_factory=dict)
+    reason: str = ""
+    log: Path | None = None
+    duration: float = 0.0
+
+    @property
+    def testable(self) -> bool:
+        return self.status is not ProbeStatus.UNTESTABLE
+
+
+class SessionRunner(Protocol):
+    """Runs one nox session; returns its exit code. Output goes to `log`."""
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int: ...
+
+
+class ProbeTimeoutError(Exception):
+    """The session ran past its time limit (and was killed)."""
+
+
+@dataclass(frozen=True)
+class NoxRunner:
+    """`nox -f NOXFILE -s SESSION -- POSARGS` in its own process group, killed whole on
+    timeout or interruption, so no `vllm serve` outlives its probe."""
+
+    noxfile: Path
+    timeout: float = DEFAULT_PROBE_TIMEOUT_S
+    nox: tuple[str, ...] = (sys.executable, "-m", "nox")
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int:
+        argv = [*self.nox, "-f", str(self.noxfile), "-s", session, "--", *posargs]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w", encoding="utf-8") as out, _process_group(
+            argv, env, out, self.noxfile.parent
+        ) as process:
+            try:
+                return process.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                raise ProbeTimeoutError(f"{session} ran past {self.timeout:g} s") from None
+
+
+@contextlib.contextmanager
+def _process_group(
+    argv: Sequence[str], env: Mapping[str, str], out: IO[str], cwd: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        list(argv),
+        env=dict(env),
+        cwd=cwd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    # nox forwards SIGTERM to its session, whose `run` tears its server down; SIGKILL after a
+    # grace period covers a child that ignores it.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _reason_from(tail: str) -> str:
+    """The line of nox's output most likely to say what went wrong."""
+    lines = [
+        line.strip()
+        for line in tail.splitlines()
+        # nox's own summary says only that the session failed, never why.
+        if line.strip() and not re.match(r"nox > (Session .* (failed|was successful)|Ran )", line)
+    ]
+    for marker in ("humming-matrix: error:", "error:", "No solution found", "failed with exit"):
+        for line in reversed(lines):
+            if marker in line:
+                return line
+    return lines[-1] if lines else "no output"
+
+
+class Prober:
+    """Probes versions of one suite; `probe_many` runs several at once, one GPU slot each."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        runner: SessionRunner,
+        *,
+        log_dir: Path,
+        hardware: str | None = None,
+        slots: SlotPool | None = None,
+        base_env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.suite = suite
+        self.runner = runner
+        self.log_dir = log_dir
+        self.hardware = hardware
+        self.slots = slots
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.clock = clock
+        self.sessions_run: list[str] = []  # what actually ran, in order (for the report)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def current_hardware(cls) -> str | None:
+        found = environment.gpus()
+        return found[0]["name"] if found else None
+
+    def stored(self, cell: Cell) -> dict[str, Path] | None:
+        """The newest complete record of each config from this cell, or None if one is missing."""
+        best: dict[str, tuple[str, Path]] = {}
+        wanted = {c.name: c for c in self.suite.configs}
+        if not self.suite.store.is_dir():
+            return None
+        for path, record in _readable_records(self.suite.store):
+            config = wanted.get(record.config.name)
+            if config is None or not self._reusable(record, config, cell):
+                continue
+            if record.config.name not in best or record.run_id > best[record.config.name][0]:
+                best[record.config.name] = (record.run_id, path)
+        if set(best) != set(wanted):
+            return None
+        return {name: path for name, (_, path) in best.items()}
+
+    def _reusable(self, record: Gsm8kRecord, config: EvalConfig, cell: Cell) -> bool:
+        env = record.environment
+        return (
+            record.complete
+            and record.humming_version == str(cell.humming)
+            and env.get("session") == cell.session
+            and record.config.sha256 == config.sha256
+            and len(record.questions) == self.suite.question_count(config)
+            and env.get("gpu") == self.hardware
+        )
+
+    def probe(self, cell: Cell) -> ProbeResult:
+        version = str(cell.humming)
+        start = self.clock()
+        found = self.stored(cell)
+        if found is not None:
+            return ProbeResult(version, cell.session, ProbeStatus.REUSED, found)
+        if self.slots is not None and cell.gpus > 0:
+            with self.slots.acquire(cell.gpus, owner=f"probe {cell.session}") as lease:
+                # The session may take its GPUs from a slot pool itself (`humming-matrix
+                # slots`); give it a private pool of exactly the devices leased here, or it
+                # would wait for ever on the locks this probe holds.
+                private = {
+                    **lease.environ(),
+                    DEVICES_ENV: lease.cuda_visible_devices,
+                    SLOT_DIR_ENV: str(self.log_dir / f"slots-{cell.session}"),
+                }
+                return self._run(cell, private, start)
+        return self._run(cell, {}, start)
+
+    def _run(self, cell: Cell, extra_env: Mapping[str, str], start: float) -> ProbeResult:
+        version = str(cell.humming)
+        log = self.log_dir / f"{cell.session}.{int(time.time())}.log"
+        env = {**self.base_env, **extra_env}
+        listed = [v for v in env.get(EXTRA_VERSIONS_ENV, "").split(",") if v]
+        env[EXTRA_VERSIONS_ENV] = ",".join(dict.fromkeys([*listed, version]))
+        posargs = [*self.suite.run_args, "--results", str(self.suite.store.resolve())]
+        if self.suite.limit:
+            posargs += ["--limit", str(self.suite.limit)]
+        with self._lock:
+            self.sessions_run.append(cell.session)
+        try:
+            code = self.runner(cell.session, posargs, env, log)
+        except ProbeTimeoutError as exc:
+            return ProbeResult(
+                version, cell.session, ProbeStatus.UNTESTABLE, {}, str(exc), log,
+                self.clock() - start,
+            )
+        found = self.stored(cell)
+        duration = self.clock() - start
+        if found is None:
+            reason = f"nox session {cell.session} exited {code} without a complete record " \
+                f"of every config: {_reason_from(log_tail(log))}"
+            return ProbeResult(
+                version, cell.session, ProbeStatus.UNTESTABLE, {}, reason, log, duration
+            )
+        return ProbeResult(version, cell.session, ProbeStatus.RAN, found, "", log, duration)
+
+    def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]:
+        """Probes in parallel (one thread each; the slot pool keeps their GPUs apart)."""
+        if len(cells) <= 1:
+            return [self.probe(c) for c in cells]
+        with ThreadPoolExecutor(max_workers=len(cells)) as pool:
+            return list(pool.map(self.probe, cells))
+
+
+def _readable_records(store: Path) -> Iterator[tuple[Path, Gsm8kRecord]]:
+    """Every GSM8K record a probe could reuse. An unreadable file is skipped here: compare and
+    report refuse it loudly, and it must not stop a bisect that does not need it."""
+    for path in record_paths(store, RecordKind.GSM8K):
+        try:
+            yield path, load_gsm8k_record(path)
+        except RecordError:
+            continue
