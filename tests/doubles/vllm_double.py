@@ -176,6 +176,12 @@ class Double:
         }
 
 
+class _Server(ThreadingHTTPServer):
+    # uvicorn's backlog is 2048; socketserver's default of 5 resets bursts of connections.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 def _handler(double: Double) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -239,8 +245,7 @@ def main(argv: list[str]) -> int:
         return int(policy["exit_at_start"])
     time.sleep(float(policy.get("startup_delay", 0)))
     double = Double(policy, model)
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(double))
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", port), _handler(double))
     print("vllm double: ready", flush=True)
     server.serve_forever()
     return 0
