@@ -10,6 +10,9 @@ API (stable; extend, don't rename):
     Matrix.cell_for(version, variant=None) -> Cell
                                            any release a pairing's range covers (bisect meets
                                            versions no list names); raises NoPairingError
+    Matrix.cell(session) -> Cell           the cell a session name stands for
+    Matrix.session_cells(extra_versions)   cells() plus sessions for unlisted versions
+                                           (the noxfile reads HUMMING_MATRIX_EXTRA_VERSIONS)
     Cell.session                           `humming-<version>` or `humming-<version>-<variant>`
 
 A pairing says: humming-kernels versions in this specifier set run under this vLLM and this
@@ -23,7 +26,7 @@ from __future__ import annotations
 import os
 import string
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,8 @@ else:  # pragma: no cover - exercised only on 3.10
     import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 MATRIX_ENV = "HUMMING_MATRIX_FILE"
+# Comma-separated humming-kernels versions to add sessions for (a bisect meets unlisted ones).
+EXTRA_VERSIONS_ENV = "HUMMING_MATRIX_EXTRA_VERSIONS"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MATRIX = REPO_ROOT / "configs" / "matrix.toml"
 SESSION_PREFIX = "humming-"
@@ -166,6 +171,11 @@ class Cell:
         )
         return f"humming-kernels {self.humming} ({stack}; recipe {self.recipe.name})"
 
+    @property
+    def kernels_description(self) -> str:
+        stack = f"torch {self.torch}, " if self.torch else ""
+        return f"GEMM probe of humming-kernels {self.humming} ({stack}{self.variant.name}; no vLLM)"
+
     def _values(self) -> dict[str, str]:
         return {
             "humming": str(self.humming),
@@ -239,11 +249,41 @@ class Matrix:
         return tuple(sorted({v for p in self.pairings for v in p.versions}))
 
     def cell(self, session: str) -> Cell:
-        """The listed cell whose session name (or `kernels-` session name) is `session`."""
-        for candidate in self.cells():
-            if session in (candidate.session, candidate.kernels_session):
-                return candidate
-        raise NoPairingError(self.path, None, f"no session named {session!r} in the matrix")
+        """The cell a session name (`humming-` or `kernels-`) stands for. Any version a range
+        covers resolves, so sessions for unlisted releases (EXTRA_VERSIONS_ENV) work too."""
+        for prefix in (SESSION_PREFIX, KERNELS_PREFIX):
+            if session.startswith(prefix):
+                rest = session[len(prefix) :]
+                # Normalised PEP 440 versions never contain "-", so the first one ends it.
+                version, _, variant = rest.partition("-")
+                try:
+                    parsed = Version(version)
+                except InvalidVersion:
+                    break
+                return self.cell_for(parsed, variant or None)
+        raise NoPairingError(self.path, None, f"{session!r} is not a matrix session name")
+
+    def session_cells(self, extra_versions: Iterable[str] = ()) -> tuple[Cell, ...]:
+        """cells(), plus default and variant cells for each extra (unlisted) version, as a
+        bisect asks for them through EXTRA_VERSIONS_ENV."""
+        out = list(self.cells())
+        names = {c.session for c in out}
+        for text in extra_versions:
+            if not text.strip():
+                continue
+            default = self.cell_for(text.strip())
+            variants = [self.cell_for(default.humming, v.name) for v in self._variants(default)]
+            for candidate in (default, *variants):
+                if candidate.session not in names:
+                    names.add(candidate.session)
+                    out.append(candidate)
+        return tuple(out)
+
+    def _variants(self, cell: Cell) -> tuple[Variant, ...]:
+        for pairing in self.pairings:
+            if pairing.covers(cell.humming):
+                return pairing.variants
+        return ()
 
     def cell_for(self, version: str | Version, variant: str | None = None) -> Cell:
         """The cell for any humming-kernels release a pairing's range covers."""

@@ -1,0 +1,218 @@
+"""`humming-matrix session NAME -- RUN_ARGS`: what one nox matrix session does, in order.
+
+1. record what the environment holds (the install record, `HUMMING_MATRIX_INSTALL_RECORD`);
+2. refuse (125) unless the installed humming-kernels is the one NAME says;
+3. compare with sibling environments of the same stack (the single-variable check; recorded);
+4. the CPU preflight (125 on failure), unless the matrix recipe declares `preflight = false`;
+5. without the GPUs the cell needs: stop, saying only the preflight ran (exit 3; exit 0 when
+   HUMMING_MATRIX_PREFLIGHT_ONLY=1 asked for exactly that);
+6. `humming-matrix run RUN_ARGS` (or `kernels` with --kernels), its exit code the session's.
+
+The noxfile only installs and calls this; every decision lives here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from humming_matrix import environment, installation
+from humming_matrix.config import load_configs
+from humming_matrix.errors import ExitCode, NoGPUError, UntestableError, UsageError
+from humming_matrix.installation import Outcome, Stage
+from humming_matrix.matrix import Cell, load_matrix
+from humming_matrix.preflight import PreflightReport, run_preflight
+
+PREFLIGHT_ONLY_ENV = "HUMMING_MATRIX_PREFLIGHT_ONLY"
+DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
+
+
+@dataclass(frozen=True)
+class Seams:
+    """The side effects a test may replace: the GPUs seen, the preflight, the next command."""
+
+    gpus: Callable[[], list[dict[str, str]]] = environment.gpus
+    preflight: Callable[..., PreflightReport] = run_preflight
+    command: Callable[[Sequence[str]], int] | None = None  # None: humming_matrix.cli.main
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "session",
+        help="one nox matrix session: record, verify, preflight, then run (called by noxfile)",
+        description="Record the environment, refuse a wrong humming-kernels (125), run the CPU "
+        "preflight (125 on failure), stop without the GPUs the cell needs (3, or 0 with "
+        f"{PREFLIGHT_ONLY_ENV}=1), then `humming-matrix run` with the arguments after `--`.",
+    )
+    p.add_argument("name", help="the session name, e.g. humming-0.1.19 or kernels-0.1.19-cu128")
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="PATH",
+        help=f"install record to write (default: ${environment.ENV_INSTALL_RECORD})",
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results/local"),
+        metavar="DIR",
+        help="result store used when the run arguments name none",
+    )
+    p.add_argument(
+        "--default-config-list",
+        type=Path,
+        default=DEFAULT_CONFIG_LIST,
+        metavar="FILE",
+        help="config list used when the run arguments name none",
+    )
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="after verifying, run `humming-matrix kernels` instead of the GSM8K stage",
+    )
+    p.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for `run` after `--`")
+    p.set_defaults(handler=main)
+
+
+def _split_run_args(args: Sequence[str]) -> list[str]:
+    rest = list(args)
+    return rest[1:] if rest[:1] == ["--"] else rest
+
+
+def _run_arguments(run_args: list[str], results: Path, config_list: Path) -> list[str]:
+    """The caller's arguments, plus the defaults they did not override."""
+    out = list(run_args)
+
+    def named(flag: str) -> bool:
+        return any(a == flag or a.startswith(flag + "=") for a in out)
+
+    if not named("--results"):
+        out += ["--results", str(results)]
+    if not named("--config") and not named("--config-list"):
+        out += ["--config-list", str(config_list)]
+    return out
+
+
+def _configs_of(run_args: Sequence[str]) -> tuple[list[Path], list[Path]]:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--config", action="append", type=Path, default=[])
+    parser.add_argument("--config-list", action="append", type=Path, default=[])
+    known, _ = parser.parse_known_args(list(run_args))
+    return known.config, known.config_list
+
+
+def _gpus_needed(cell: Cell, tensor_parallel: Sequence[int]) -> int:
+    if cell.gpus == 0:
+        return 0
+    return max([cell.gpus, *tensor_parallel])
+
+
+def _record_path(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
+    if args.record is not None:
+        return Path(args.record)
+    configured = environ.get(environment.ENV_INSTALL_RECORD)
+    if not configured:
+        raise UsageError(
+            f"session needs --record PATH or ${environment.ENV_INSTALL_RECORD} "
+            "(the noxfile sets it)"
+        )
+    return Path(configured)
+
+
+def execute(
+    args: argparse.Namespace,
+    seams: Seams = Seams(),
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    environ = os.environ if environ is None else environ
+    cell = load_matrix().cell(args.name)
+    path = _record_path(args, environ)
+    record = installation.capture(cell)
+    installation.write_record(path, record)
+    record = installation.verify_humming(record, cell, path)
+
+    checks = installation.single_variable_checks(record, installation.sibling_records(path))
+    record = replace(record, single_variable=checks)
+    for warning in installation.describe(checks):
+        print(f"humming-matrix: warning: {warning}", file=sys.stderr)
+    installation.write_record(path, record)
+    print(
+        f"{cell.session}: humming-kernels {record.humming} installed and verified (record: {path})",
+        flush=True,
+    )
+
+    run_args = _split_run_args(args.run_args)
+    command = seams.command or _cli_main
+    if args.kernels:
+        record = record.advance(Stage.RUN)
+        installation.write_record(path, record)
+        code = command(["kernels", *run_args])
+        installation.write_record(path, replace(record, outcome=Outcome.RAN, exit_code=code))
+        return code
+
+    full_args = _run_arguments(run_args, args.results, args.default_config_list)
+    configs = load_configs(*_configs_of(full_args))
+    if cell.recipe.preflight:
+        report = seams.preflight(configs, expect_vllm=cell.vllm is not None)
+        for check in report.checks:
+            print(f"preflight: {check.line()}", flush=True)
+        record = record.advance(Stage.PREFLIGHT, preflight=report.to_dict())
+        if not report.passed:
+            message = f"{cell.session}: preflight failed, untestable: {report.reason()}"
+            installation.write_record(
+                path,
+                replace(
+                    record,
+                    outcome=Outcome.PREFLIGHT_FAILED,
+                    message=message,
+                    exit_code=int(ExitCode.UNTESTABLE),
+                ),
+            )
+            raise UntestableError(message)
+    else:
+        skipped = f"not run: recipe {cell.recipe.name!r} declares preflight = false"
+        record = replace(record, preflight={"passed": None, "skipped": skipped})
+        print(f"preflight: {skipped}", flush=True)
+
+    needed = _gpus_needed(cell, [c.tensor_parallel_size for c in configs])
+    if needed:
+        seen = seams.gpus()
+        if len(seen) < needed:
+            ran = "only the preflight ran" if cell.recipe.preflight else "nothing was run"
+            message = (
+                f"{cell.session}: needs {needed} CUDA GPU(s), {len(seen)} visible; "
+                f"{ran}, the GSM8K stage did not"
+            )
+            accepted = environ.get(PREFLIGHT_ONLY_ENV) == "1" and cell.recipe.preflight
+            code = ExitCode.OK if accepted else ExitCode.INFRASTRUCTURE
+            installation.write_record(
+                path,
+                replace(
+                    record, outcome=Outcome.PREFLIGHT_ONLY, message=message, exit_code=int(code)
+                ),
+            )
+            if accepted:
+                print(f"{message} ({PREFLIGHT_ONLY_ENV}=1)", flush=True)
+                return int(code)
+            raise NoGPUError(f"{message} (set {PREFLIGHT_ONLY_ENV}=1 to make this a pass)")
+
+    record = record.advance(Stage.RUN)
+    installation.write_record(path, record)
+    code = command(["run", *full_args])
+    installation.write_record(path, replace(record, outcome=Outcome.RAN, exit_code=code))
+    return code
+
+
+def _cli_main(argv: Sequence[str]) -> int:
+    from humming_matrix.cli import main as cli_main
+
+    return cli_main(list(argv))
+
+
+def main(args: argparse.Namespace) -> int:
+    return execute(args)
