@@ -1,0 +1,62 @@
+"""`humming-matrix report DIR`: what the store holds, as Markdown, JUnit XML and HTML."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.compare import Settings
+from humming_matrix.errors import ExitCode
+from humming_matrix.report import build_report, write_text
+from humming_matrix.report_html import store_html
+from humming_matrix.report_junit import store_junit
+from humming_matrix.report_markdown import store_markdown
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="render what a result store holds (Markdown, JUnit XML, HTML)",
+        description="Judge every (environment, config) in the store against the baseline "
+        "environment and render it. Without --markdown, --junit or --html the Markdown goes to "
+        "stdout. Exit 0 (the report informs; `compare` gates).",
+    )
+    p.add_argument("store", type=Path, metavar="DIR")
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="Markdown under 1 MiB (a Buildkite annotation or GitHub job summary)",
+    )
+    p.add_argument("--junit", type=Path, metavar="FILE", help="JUnit XML, one testcase per result")
+    p.add_argument("--html", type=Path, metavar="FILE", help="a self-contained HTML page")
+    p.add_argument(
+        "--baseline",
+        metavar="VERSION",
+        help="humming-kernels version to compare against (default: the oldest there)",
+    )
+    p.add_argument("--alpha", type=float, default=0.05, help="as for compare (default 0.05)")
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.01,
+        metavar="FRACTION",
+        help="as for compare (default 0.01)",
+    )
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = Settings(alpha=args.alpha, min_effect=args.min_effect)
+    report = build_report(args.store, settings, args.baseline)
+    if args.markdown:
+        write_text(args.markdown, store_markdown(report))
+    if args.junit:
+        write_text(args.junit, store_junit(report))
+    if args.html:
+        write_text(args.html, store_html(report))
+    if not (args.markdown or args.junit or args.html):
+        sys.stdout.write(store_markdown(report))
+    return int(ExitCode.OK)

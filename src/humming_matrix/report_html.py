@@ -1,0 +1,382 @@
+"""A self-contained HTML page: the results table, plots as inline SVG (accuracy per version with
+error bars, and paired deltas against the baseline, one panel per config), and the flip lists.
+
+No script, no font, no stylesheet or image from elsewhere: the page is read from a CI artifact,
+often offline, and must look the same in ten years. Plots are drawn here in SVG rather than with a
+plotting library, which would be a heavy dependency beside vLLM and torch for a few dozen points.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from humming_matrix.compare import ConfigComparison, points
+from humming_matrix.report import Row, RowStatus, StoreReport
+from humming_matrix.report_markdown import ENV_KEYS, pct, plural
+
+COLORS = {
+    RowStatus.REGRESSION: "#c62828",
+    RowStatus.BELOW_THRESHOLD: "#c62828",
+    RowStatus.INCOMPLETE: "#6a1b9a",
+    RowStatus.NOT_COMPARED: "#6a1b9a",
+    RowStatus.INCONCLUSIVE: "#ef6c00",
+    RowStatus.IMPROVEMENT: "#2e7d32",
+    RowStatus.NO_CHANGE: "#455a64",
+    RowStatus.BASELINE: "#1565c0",
+}
+
+CSS = """
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; } h3 { font-size: 15px; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.failed td { background: #fdecea; }
+tr.inconclusive td { background: #fff4e5; }
+.panels { display: flex; flex-wrap: wrap; gap: 16px; }
+.panel { border: 1px solid #ddd; padding: 8px; }
+.status { font-weight: 600; }
+code { font-size: 12px; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+"""
+
+WIDTH, HEIGHT = 520, 300
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 64
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One point with its interval, in data units (percent or points)."""
+
+    label: str
+    value: float
+    low: float
+    high: float
+    color: str
+    title: str
+
+
+def e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    span = hi - lo
+    raw = span / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = min(
+        (m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), default=10 * magnitude
+    )
+    first = math.ceil(lo / step) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def svg_plot(
+    kind: str,
+    config: str,
+    title: str,
+    marks: Sequence[Mark],
+    y_label: str,
+    refs: Sequence[tuple[float, str, str]] = (),  # (y, label, dash pattern)
+    band: tuple[float, float] | None = None,
+) -> str:
+    values = [m.low for m in marks] + [m.high for m in marks] + [y for y, _, _ in refs]
+    if band:
+        values += list(band)
+    lo, hi = min(values), max(values)
+    pad = max((hi - lo) * 0.08, 0.5)
+    lo, hi = lo - pad, hi + pad
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def y(v: float) -> float:
+        return TOP + (hi - v) / (hi - lo) * plot_h
+
+    def x(i: int) -> float:
+        return LEFT + (i + 0.5) * plot_w / max(1, len(marks))
+
+    out = [
+        f'<svg class="plot {e(kind)}" data-config="{e(config)}" width="{WIDTH}" '
+        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{e(title)}</title>',
+        f'<text x="{LEFT}" y="16" style="font-weight:600">{e(title)}</text>',
+        f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" '
+        'fill="#fafafa" stroke="#bbb"/>',
+    ]
+    if band:
+        out.append(
+            f'<rect class="band" x="{LEFT}" y="{y(band[1]):.1f}" width="{plot_w}" '
+            f'height="{y(band[0]) - y(band[1]):.1f}" fill="#e0e0e0"><title>within the minimum '
+            "effect</title></rect>"
+        )
+    for t in _ticks(lo, hi):
+        out.append(
+            f'<line x1="{LEFT - 4}" x2="{LEFT}" y1="{y(t):.1f}" y2="{y(t):.1f}" stroke="#888"/>'
+        )
+        out.append(f'<text x="{LEFT - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{t:g}</text>')
+    out.append(
+        f'<text transform="translate(14 {TOP + plot_h / 2:.0f}) rotate(-90)" '
+        f'text-anchor="middle">{e(y_label)}</text>'
+    )
+    for value, label, dash in refs:
+        out.append(
+            f'<line class="ref" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(value):.1f}" '
+            f'y2="{y(value):.1f}" stroke="#777" stroke-dasharray="{dash}"/>'
+        )
+        out.append(f'<text x="{LEFT + 4}" y="{y(value) - 4:.1f}">{e(label)}</text>')
+    for i, m in enumerate(marks):
+        cx = x(i)
+        out.append(
+            f'<g class="mark" data-label="{e(m.label)}"><title>{e(m.title)}</title>'
+            f'<line class="errorbar" x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(m.high):.1f}" '
+            f'y2="{y(m.low):.1f}" stroke="{m.color}" stroke-width="2"/>'
+            f'<line x1="{cx - 5:.1f}" x2="{cx + 5:.1f}" y1="{y(m.high):.1f}" y2="{y(m.high):.1f}" '
+            f'stroke="{m.color}" stroke-width="2"/>'
+            f'<line x1="{cx - 5:.1f}" x2="{cx + 5:.1f}" y1="{y(m.low):.1f}" y2="{y(m.low):.1f}" '
+            f'stroke="{m.color}" stroke-width="2"/>'
+            f'<circle class="point" cx="{cx:.1f}" cy="{y(m.value):.1f}" r="4.5" '
+            f'fill="{m.color}"/></g>'
+        )
+        out.append(
+            f'<text transform="translate({cx:.1f} {TOP + plot_h + 12}) rotate(35)">'
+            f"{e(m.label)}</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _accuracy_plot(report: StoreReport, config: str) -> str:
+    rows = sorted(
+        (r for r in report.rows if r.config == config), key=lambda r: report.cells.index(r.cell)
+    )
+    marks = [
+        Mark(
+            _short(r),
+            100 * r.accuracy,
+            100 * r.interval.low,
+            100 * r.interval.high,
+            COLORS[r.status],
+            f"{r.cell.label}: {pct(r.accuracy)}% [{pct(r.interval.low)}, "
+            f"{pct(r.interval.high)}], {r.status.value}",
+        )
+        for r in rows
+    ]
+    m = rows[0].record.record.metrics
+    refs = [
+        (100 * (m.threshold - m.tolerance), f"vLLM gate {m.threshold:g} - {m.tolerance:g}", "6 4")
+    ]
+    return svg_plot(
+        "accuracy",
+        config,
+        f"{config}: accuracy per version (95% Wilson)",
+        marks,
+        "accuracy %",
+        refs,
+    )
+
+
+def _delta_plot(report: StoreReport, config: str) -> str:
+    rows = sorted(
+        (r for r in report.rows if r.config == config and r.comparison is not None),
+        key=lambda r: report.cells.index(r.cell),
+    )
+    if not rows:
+        return ""
+    marks = []
+    for r in rows:
+        c = r.comparison
+        assert c is not None  # filtered above; narrows the type
+        marks.append(
+            Mark(
+                _short(r),
+                100 * c.difference,
+                100 * c.difference_interval.low,
+                100 * c.difference_interval.high,
+                COLORS[r.status],
+                f"{r.cell.label}: {points(c.difference)} points "
+                f"[{points(c.difference_interval.low)}, "
+                f"{points(c.difference_interval.high)}], b={c.table.right_to_wrong} "
+                f"c={c.table.wrong_to_right}, {c.verdict.value}",
+            )
+        )
+    me = 100 * report.settings.min_effect
+    return svg_plot(
+        "delta",
+        config,
+        f"{config}: paired Δ vs baseline (95% Newcombe)",
+        marks,
+        "Δ accuracy points",
+        [(0.0, "0", "2 2")],
+        band=(-me, me),
+    )
+
+
+def _short(row: Row) -> str:
+    return row.cell.humming or "?"
+
+
+def _main_table(report: StoreReport) -> str:
+    head = [
+        "config",
+        "humming-kernels",
+        "session",
+        "accuracy % (95% CI)",
+        "Δ vs baseline (95% CI)",
+        "b / c",
+        "mid-p",
+        "MDE",
+        "vs A/A noise",
+        "verdict",
+    ]
+    out = [
+        '<table id="results"><thead><tr>',
+        *(f"<th>{e(h)}</th>" for h in head),
+        "</tr></thead><tbody>",
+    ]
+    for r in report.rows:
+        c = r.comparison
+        cls = "failed" if r.status.failed else r.status.name.lower()
+        cells = [
+            e(r.config),
+            e(r.cell.humming or "?"),
+            e(r.session),
+            f"{pct(r.accuracy)} [{pct(r.interval.low)}, {pct(r.interval.high)}]",
+        ]
+        if c is not None:
+            cells += _comparison_cells(c)
+        else:
+            cal = r.calibration
+            cells += ["", "", "", "", "" if cal is None else f"A/A {cal.discordant}/{cal.n} flips"]
+        verdict = e(r.status.value) + (f": {e(r.note)}" if r.note else "")
+        cells.append(f'<span class="status" style="color:{COLORS[r.status]}">{verdict}</span>')
+        out.append(
+            f'<tr class="{cls}">'
+            + "".join(
+                f'<td class="num">{v}</td>' if 3 <= i <= 8 else f"<td>{v}</td>"
+                for i, v in enumerate(cells)
+            )
+            + "</tr>"
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _comparison_cells(c: ConfigComparison) -> list[str]:
+    p = c.p_regression if c.difference <= 0 else c.p_improvement
+    noise = ""
+    if c.noise is not None:
+        ratio = c.noise.discordance_ratio
+        noise = "A/A: 0 flips" if ratio is None else f"{ratio:.1f}x"
+    return [
+        f"{points(c.difference)} [{points(c.difference_interval.low)}, "
+        f"{points(c.difference_interval.high)}]",
+        f"{c.table.right_to_wrong} / {c.table.wrong_to_right}",
+        f"{p:.3g}",
+        "n/a" if c.mde is None else f"{100 * c.mde:.2f}",
+        noise,
+    ]
+
+
+def _flip_lists(report: StoreReport) -> str:
+    out = []
+    for r in report.rows:
+        c = r.comparison
+        if c is None or not c.flips:
+            continue
+        open_attr = " open" if r.status.failed else ""
+        out.append(
+            f'<details class="flips" data-config="{e(r.config)}" data-version="{e(_short(r))}"'
+            f"{open_attr}><summary>{e(r.config)} on {e(r.cell.label)}: {len(c.flips)} flipped "
+            f"({c.table.right_to_wrong} right→wrong, {c.table.wrong_to_right} wrong→right)"
+            "</summary><table><thead><tr><th>question</th><th>label</th><th>baseline</th>"
+            "<th>candidate</th><th>flip</th></tr></thead><tbody>"
+        )
+        for f in c.flips:
+            out.append(
+                f'<tr data-index="{f.index}"><td class="num">{f.index}</td>'
+                f'<td class="num">{f.label}</td><td class="num">{_pred(f.baseline_prediction)}'
+                f'</td><td class="num">{_pred(f.candidate_prediction)}</td>'
+                f"<td>{e(f.direction.value)}</td></tr>"
+            )
+        out.append("</tbody></table></details>")
+    return "".join(out) or "<p>No question flipped in any comparison.</p>"
+
+
+def _pred(value: int | None) -> str:
+    return "(no answer)" if value is None else str(value)
+
+
+def _environments(report: StoreReport) -> str:
+    out = [
+        '<table id="environments"><thead><tr>',
+        *(f"<th>{e(k)}</th>" for k in ENV_KEYS),
+        "</tr></thead><tbody>",
+    ]
+    for cell in report.cells:
+        env = report.environments[cell]
+        out.append(
+            "<tr>"
+            + "".join(f"<td>{e('' if env.get(k) is None else env.get(k))}</td>" for k in ENV_KEYS)
+            + "</tr>"
+        )
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _baselines(report: StoreReport) -> str:
+    rows = []
+    for name in report.configs:
+        row = report.baseline_row(name)
+        if row is not None:
+            rec = row.record.record
+            rows.append(
+                f"<tr><td>{e(name)}</td><td><code>{e(rec.run_id)}</code></td>"
+                f"<td>{e(rec.created)}</td><td>{e(row.session)}</td></tr>"
+            )
+    if not rows:
+        return "<p>No baseline run.</p>"
+    return (
+        '<table id="baselines"><thead><tr><th>config</th><th>run</th><th>created</th>'
+        "<th>session</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def store_html(report: StoreReport) -> str:
+    s = report.settings
+    base = report.baseline.label if report.baseline else "none"
+    panels = []
+    for config in report.configs:
+        panels.append(f'<div class="panel">{_accuracy_plot(report, config)}</div>')
+        delta = _delta_plot(report, config)
+        if delta:
+            panels.append(f'<div class="panel">{delta}</div>')
+    return "".join(
+        [
+            '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+            "<title>humming-matrix report</title>",
+            f"<style>{CSS}</style></head><body>",
+            "<h1>humming-matrix report: GSM8K across humming-kernels versions</h1>",
+            f'<p id="summary"><strong>{len(report.failures)} failing</strong> '
+            f"of {plural(len(report.rows), 'result')} ({plural(len(report.configs), 'config')} × "
+            f"{plural(len(report.cells), 'environment')}) in <code>{e(report.store)}</code>. "
+            f"Baseline: {e(base)}. Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a "
+            f"drop of at least {plural(100 * s.min_effect, 'point')}. "
+            "Accuracy in %, Δ in points, 95% intervals (Wilson; Newcombe paired). MDE: the "
+            "smallest drop detectable at 80% power.</p>",
+            "<h2>Results</h2>",
+            _main_table(report),
+            '<h2>Plots</h2><div class="panels">',
+            *panels,
+            "</div>",
+            "<h2>Flipped questions</h2>",
+            _flip_lists(report),
+            "<h2>Baseline runs</h2>",
+            _baselines(report),
+            "<h2>Environments</h2>",
+            _environments(report),
+            "</body></html>\n",
+        ]
+    )

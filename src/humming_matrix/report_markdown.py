@@ -1,0 +1,356 @@
+"""Markdown: a `compare` summary, and a store report sized for a Buildkite annotation or a GitHub
+job summary (both cap the text at 1 MiB; we stay under it by dropping detail, never rows first)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from humming_matrix.compare import (
+    FLIPS_SHOWN,
+    Comparison,
+    ConfigComparison,
+    Flip,
+    NoiseFloor,
+    points,
+)
+from humming_matrix.report import Row, RowStatus, StoreReport
+
+MAX_BYTES = 1024 * 1024
+ICONS = {
+    RowStatus.REGRESSION: "❌",
+    RowStatus.BELOW_THRESHOLD: "❌",
+    RowStatus.INCOMPLETE: "❌",
+    RowStatus.NOT_COMPARED: "❌",
+    RowStatus.INCONCLUSIVE: "⚠️",
+    RowStatus.IMPROVEMENT: "✅",
+    RowStatus.NO_CHANGE: "✅",
+    RowStatus.BASELINE: "✅",
+}
+ENV_KEYS = (
+    "humming_kernels",
+    "vllm",
+    "torch",
+    "torch_cuda",
+    "python",
+    "gpu",
+    "gpu_driver",
+    "platform",
+    "session",
+)
+
+
+def cell(text: object) -> str:
+    """Table-cell text: a pipe or a newline would break the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def plural(count: float, noun: str) -> str:
+    return f"{count:g} {noun}" + ("" if count == 1 else "s")
+
+
+def pct(fraction: float) -> str:
+    return f"{100 * fraction:.2f}"
+
+
+def _mde(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}"
+
+
+def _noise_text(noise: NoiseFloor | None) -> str:
+    if noise is None:
+        return "no A/A pair"
+    cal = noise.calibration
+    ratio = (
+        "A/A runs agreed on every question"
+        if noise.discordance_ratio is None
+        else f"{noise.discordance_ratio:.1f}x the A/A discordance"
+    )
+    return (
+        f"A/A floor {cal.discordant}/{cal.n} discordant ({pct(cal.rate)}%); {ratio}; "
+        f"noise predicts {noise.expected_right_to_wrong:.1f} right->wrong, "
+        f"P(as many by noise) {noise.p_beyond_noise:.3g}"
+    )
+
+
+def flips_table(flips: Sequence[Flip], limit: int | None = FLIPS_SHOWN) -> list[str]:
+    shown = list(flips if limit is None else flips[:limit])
+    lines = table(
+        ["question", "label", "baseline", "candidate", "flip"],
+        [
+            [
+                f.index,
+                f.label,
+                _pred(f.baseline_prediction),
+                _pred(f.candidate_prediction),
+                f.direction.value,
+            ]
+            for f in shown
+        ],
+    )
+    if len(shown) < len(flips):
+        lines.append(f"\n{len(flips) - len(shown)} more flips in the JSON and HTML reports.")
+    return lines
+
+
+def _pred(value: int | None) -> str:
+    return "(no answer)" if value is None else str(value)
+
+
+def _config_details(c: ConfigComparison) -> list[str]:
+    lines = [
+        f"### {cell(c.config)}: {c.verdict.value}",
+        "",
+        f"`{c.line()}`",
+        "",
+        f"- baseline: {c.baseline.cell.label}; run `{c.baseline.run_id}` ({c.baseline.created})",
+        f"- candidate: {c.candidate.cell.label}; run `{c.candidate.run_id}` "
+        f"({c.candidate.created})",
+        f"- noise: {_noise_text(c.noise)}",
+    ]
+    if c.excluded_errors:
+        lines.append(f"- {c.excluded_errors} questions left out: a request failed in one run")
+    if c.flips:
+        lines += ["", *flips_table(c.flips)]
+    return lines
+
+
+def comparison_markdown(comparison: Comparison) -> str:
+    s = comparison.settings
+    failed = sum(c.gate_failed for c in comparison.configs)
+    lines = [
+        "## humming-matrix compare",
+        "",
+        f"**{'FAIL' if failed else 'PASS'}**: {failed} of {len(comparison.configs)} configs fail "
+        f"the gate (regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"{100 * s.min_effect:g} points; or below the config's absolute threshold).",
+        "",
+        *table(
+            [
+                "config",
+                "baseline % (95% CI)",
+                "candidate % (95% CI)",
+                "Δ points (95% CI)",
+                "b / c",
+                "mid-p",
+                "MDE",
+                "threshold",
+                "verdict",
+            ],
+            [_compare_row(c) for c in comparison.configs],
+        ),
+    ]
+    for c in comparison.configs:
+        lines += ["", *_config_details(c)]
+    return "\n".join(lines) + "\n"
+
+
+def _compare_row(c: ConfigComparison) -> list[object]:
+    p = c.p_regression if c.difference <= 0 else c.p_improvement
+    gate = (
+        f"{'pass' if c.candidate.passed_threshold else 'FAIL'} "
+        f"({c.candidate.threshold:g} - {c.candidate.tolerance:g})"
+    )
+    return [
+        c.config,
+        f"{pct(c.baseline.accuracy)} [{pct(c.baseline.interval.low)}, "
+        f"{pct(c.baseline.interval.high)}]",
+        f"{pct(c.candidate.accuracy)} [{pct(c.candidate.interval.low)}, "
+        f"{pct(c.candidate.interval.high)}]",
+        f"{points(c.difference)} [{points(c.difference_interval.low)}, "
+        f"{points(c.difference_interval.high)}]",
+        f"{c.table.right_to_wrong} / {c.table.wrong_to_right}",
+        f"{p:.3g}",
+        _mde(c.mde),
+        gate,
+        c.verdict.value,
+    ]
+
+
+# --- the store report ------------------------------------------------------------------------
+
+
+def _row_cells(row: Row) -> list[object]:
+    c = row.comparison
+    delta = mid_p = flips = mde = noise = ""
+    if c is not None:
+        delta = (
+            f"{points(c.difference)} [{points(c.difference_interval.low)}, "
+            f"{points(c.difference_interval.high)}]"
+        )
+        mid_p = f"{(c.p_regression if c.difference <= 0 else c.p_improvement):.3g}"
+        flips = f"{c.table.right_to_wrong} / {c.table.wrong_to_right}"
+        mde = _mde(c.mde)
+        if c.noise is not None:
+            ratio = c.noise.discordance_ratio
+            noise = "A/A 0 flips" if ratio is None else f"{ratio:.1f}x A/A"
+    elif row.calibration is not None:
+        cal = row.calibration
+        noise = f"A/A {cal.discordant}/{cal.n} flips"
+    accuracy = f"{pct(row.accuracy)} [{pct(row.interval.low)}, {pct(row.interval.high)}]"
+    verdict = row.status.value + (f": {row.note}" if row.note else "")
+    return [
+        ICONS[row.status],
+        row.config,
+        row.cell.humming or "?",
+        row.session,
+        accuracy,
+        delta,
+        flips,
+        mid_p,
+        mde,
+        noise,
+        verdict,
+    ]
+
+
+def _summary(report: StoreReport) -> list[str]:
+    s = report.settings
+    failing = len(report.failures)
+    base = report.baseline.label if report.baseline else "none"
+    return [
+        "## humming-matrix report: GSM8K across humming-kernels versions",
+        "",
+        f"**{failing} failing** of {plural(len(report.rows), 'result')} "
+        f"({plural(len(report.configs), 'config')} x "
+        f"{plural(len(report.cells), 'environment')}) in `{report.store}`. Baseline: {base}. "
+        f"Regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"{plural(100 * s.min_effect, 'point')}; accuracy in %, Δ in points, 95% intervals "
+        "(Wilson; Newcombe paired); MDE: smallest drop detectable at 80% power.",
+    ]
+
+
+def _main_table(rows: Sequence[Row]) -> list[str]:
+    return table(
+        [
+            "",
+            "config",
+            "humming-kernels",
+            "session",
+            "accuracy % (95% CI)",
+            "Δ vs baseline (95% CI)",
+            "b / c",
+            "mid-p",
+            "MDE",
+            "noise",
+            "verdict",
+        ],
+        [_row_cells(r) for r in rows],
+    )
+
+
+def _details(report: StoreReport, with_flips: bool) -> list[str]:
+    lines: list[str] = []
+    for row in report.rows:
+        c = row.comparison
+        if c is None or row.status in (RowStatus.NO_CHANGE, RowStatus.BASELINE):
+            continue
+        lines += [
+            "",
+            f"### {cell(row.config)} on {cell(row.cell.label)}: {row.status.value}",
+            "",
+            f"`{c.line()}`",
+            "",
+            f"- noise: {_noise_text(c.noise)}",
+        ]
+        if with_flips and c.flips:
+            lines += ["", *flips_table(c.flips)]
+    return ["", "## Details", *lines] if lines else []
+
+
+def _baselines(report: StoreReport) -> list[str]:
+    rows = []
+    for name in report.configs:
+        row = report.baseline_row(name)
+        if row is not None:
+            rec = row.record.record
+            rows.append([name, rec.run_id, rec.created, row.session, row.record.path.name])
+    if not rows:
+        return []
+    return [
+        "",
+        "## Baseline runs",
+        "",
+        *table(["config", "run", "created", "session", "file"], rows),
+    ]
+
+
+def _environments(report: StoreReport, with_packages: bool) -> list[str]:
+    lines = ["", "## Environments", ""]
+    lines += table(
+        ["humming-kernels", *ENV_KEYS[1:]],
+        [[_env(report.environments[c], k) for k in ENV_KEYS] for c in report.cells],
+    )
+    if not with_packages or report.baseline is None:
+        return lines
+    base_packages = _packages(report.environments[report.baseline])
+    for c in report.cells:
+        if c == report.baseline:
+            continue
+        diff = _package_diff(base_packages, _packages(report.environments[c]))
+        if diff:
+            lines += [
+                "",
+                f"<details><summary>{cell(c.label)}: {len(diff)} packages differ from "
+                "the baseline</summary>",
+                "",
+                *table(["package", "baseline", "here"], diff),
+                "",
+                "</details>",
+            ]
+    return lines
+
+
+def _env(env: Mapping[str, Any], key: str) -> str:
+    value = env.get(key)
+    return "" if value is None else str(value)
+
+
+def _packages(env: Mapping[str, Any]) -> Mapping[str, str]:
+    packages = env.get("packages")
+    return {str(k): str(v) for k, v in packages.items()} if isinstance(packages, dict) else {}
+
+
+def _package_diff(base: Mapping[str, str], here: Mapping[str, str]) -> list[list[object]]:
+    names = sorted(set(base) | set(here))
+    return [[n, base.get(n, "-"), here.get(n, "-")] for n in names if base.get(n) != here.get(n)]
+
+
+def _compose(report: StoreReport, details: bool, flips: bool, packages: bool) -> str:
+    lines = [*_summary(report), "", *_main_table(report.rows)]
+    if details:
+        lines += _details(report, flips)
+    lines += [*_baselines(report), *_environments(report, packages)]
+    return "\n".join(lines) + "\n"
+
+
+def store_markdown(report: StoreReport, max_bytes: int = MAX_BYTES) -> str:
+    """The store report, cut down to `max_bytes` of UTF-8 by dropping, in order: package diffs,
+    flip tables, the details section, then rows from the bottom (the passing ones)."""
+    for details, flips, packages in ((1, 1, 1), (1, 1, 0), (1, 0, 0), (0, 0, 0)):
+        text = _compose(report, bool(details), bool(flips), bool(packages))
+        if len(text.encode()) <= max_bytes:
+            return text
+    return _truncated_rows(report, max_bytes)
+
+
+def _truncated_rows(report: StoreReport, max_bytes: int) -> str:
+    head = "\n".join([*_summary(report), ""]) + "\n"
+    lines = _main_table(report.rows)
+    kept = lines[:2]
+    budget = max_bytes - len(head.encode()) - 200
+    used = sum(len(x.encode()) + 1 for x in kept)
+    for line in lines[2:]:
+        if used + len(line.encode()) + 1 > budget:
+            break
+        kept.append(line)
+        used += len(line.encode()) + 1
+    dropped = len(lines) - len(kept)
+    note = f"\n{dropped} more rows (all passing or less severe) left out to stay under 1 MiB.\n"
+    return head + "\n".join(kept) + "\n" + note
