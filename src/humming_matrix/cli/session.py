@@ -34,8 +34,10 @@ DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
 
 @dataclass(frozen=True)
 class Seams:
-    """The side effects a test may replace: the GPUs seen, the preflight, the next command."""
+    """The side effects a test may replace: what is installed, the GPUs seen, the preflight,
+    the next command."""
 
+    packages: Callable[[], dict[str, str]] = installation.installed_packages
     gpus: Callable[[], list[dict[str, str]]] = environment.gpus
     preflight: Callable[..., PreflightReport] = run_preflight
     command: Callable[[Sequence[str]], int] | None = None  # None: humming_matrix.cli.main
@@ -132,7 +134,7 @@ def execute(
     environ = os.environ if environ is None else environ
     cell = load_matrix().cell(args.name)
     path = _record_path(args, environ)
-    record = installation.capture(cell)
+    record = installation.capture(cell, packages=seams.packages())
     installation.write_record(path, record)
     record = installation.verify_humming(record, cell, path)
 

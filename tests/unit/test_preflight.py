@@ -1,0 +1,116 @@
+"""The preflight's outside half with real probe processes: in an interpreter without humming or
+vLLM, with a probe that crashes, and with one that hangs (its whole process group must die)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from humming_matrix.config import load_config
+from humming_matrix.preflight import CheckStatus, run_preflight
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "configs" / "gsm8k" / "humming" / "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8.yaml"
+
+
+def _interpreter_double(tmp_path: Path, body: str) -> str:
+    """A stand-in `python` for the probe command line (a test double: a shell script)."""
+    path = tmp_path / "python-double"
+    path.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_environment_without_humming_or_vllm_is_untestable() -> None:
+    # This interpreter (the test runner's) has neither humming-kernels nor vLLM installed.
+    report = run_preflight([load_config(CONFIG)], expect_vllm=True, python=sys.executable)
+    got = [(c.name, c.subject, c.status, c.detail) for c in report.checks]
+    assert got == [
+        (
+            "humming_import",
+            "humming",
+            CheckStatus.FAILED,
+            "humming-kernels is not installed in this environment",
+        ),
+        (
+            "vllm_integration",
+            "vllm",
+            CheckStatus.FAILED,
+            "vLLM is not installed (the cell's recipe installs vLLM)",
+        ),
+        (
+            "server_args",
+            "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8",
+            CheckStatus.FAILED,
+            "vLLM is not installed",
+        ),
+        (
+            "humming_env",
+            "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8",
+            CheckStatus.SKIPPED,
+            "humming does not import",
+        ),
+    ]
+    assert not report.passed
+    assert report.reason() == (
+        "humming_import [humming]: humming-kernels is not installed in this environment; "
+        "vllm_integration [vllm]: vLLM is not installed (the cell's recipe installs vLLM); "
+        "server_args [Qwen3-30B-A3B-MXFP4A16-humming-act-fp8]: vLLM is not installed"
+    )
+
+
+def test_without_vllm_expected_its_checks_are_skipped_not_failed() -> None:
+    report = run_preflight([load_config(CONFIG)], expect_vllm=False, python=sys.executable)
+    statuses = {c.name: c.status for c in report.checks}
+    assert statuses == {
+        "humming_import": CheckStatus.FAILED,
+        "vllm_integration": CheckStatus.SKIPPED,
+        "server_args": CheckStatus.SKIPPED,
+        "humming_env": CheckStatus.SKIPPED,
+    }
+    assert [c.name for c in report.failures] == ["humming_import"]
+
+
+def test_a_probe_that_dies_is_a_failed_check_with_its_stderr(tmp_path: Path) -> None:
+    python = _interpreter_double(
+        tmp_path, "echo 'Fatal Python error: Segmentation fault' >&2\nexit 139"
+    )
+    report = run_preflight([], expect_vllm=True, python=python)
+    [check] = report.checks
+    assert (check.name, check.status, check.detail) == (
+        "probe",
+        CheckStatus.FAILED,
+        "the preflight process exited 139 without a report: Fatal Python error: Segmentation fault",
+    )
+
+
+def test_a_hung_probe_is_killed_with_its_children(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    python = _interpreter_double(tmp_path, f"sleep 300 &\necho $! > {pids}\nsleep 300")
+    start = time.monotonic()
+    report = run_preflight([], expect_vllm=True, python=python, timeout=1.0)
+    assert time.monotonic() - start < 10
+    [check] = report.checks
+    assert (check.status, check.detail) == (
+        CheckStatus.FAILED,
+        "the preflight did not finish within 1 s (killed)",
+    )
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        # A killed child of a killed parent is reaped by init; until then it is a zombie.
+        status = Path(f"/proc/{child}/stat")
+        if status.exists() and status.read_text().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the probe's child {child} outlived the preflight")

@@ -1,0 +1,175 @@
+"""The session pipeline's gates, through the real CLI entry point: a failed preflight is 125, no
+GPU stops after the preflight (3, or 0 when a preflight-only run was asked for), and a pass hands
+the caller's arguments plus the defaults to `run`. The installed packages, the GPU list and the
+preflight verdict are the injected seams; the matrix, configs and records are real files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from humming_matrix.cli import build_parser
+from humming_matrix.cli.session import PREFLIGHT_ONLY_ENV, Seams, execute
+from humming_matrix.config import EvalConfig
+from humming_matrix.errors import ExitCode, NoGPUError, UntestableError
+from humming_matrix.preflight import Check, CheckStatus, PreflightReport
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "configs" / "gsm8k" / "humming" / "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8.yaml"
+MATRIX = """
+[recipe.full]
+requirements = ["vllm=={vllm}", "humming-kernels=={humming}"]
+[variant.cu130]
+[[pairing]]
+humming = ">=0.1.0,<0.2"
+versions = ["0.1.19"]
+vllm = "0.33.0"
+variants = ["cu130"]
+"""
+H200 = {"name": "NVIDIA H200", "driver": "570.1", "memory": "143771 MiB"}
+
+
+class Calls:
+    def __init__(self, report: PreflightReport) -> None:
+        self.report = report
+        self.preflight: list[tuple[list[str], bool]] = []
+        self.commands: list[list[str]] = []
+
+    def run_preflight(self, configs: Sequence[EvalConfig], *, expect_vllm: bool) -> PreflightReport:
+        self.preflight.append(([c.name for c in configs], expect_vllm))
+        return self.report
+
+    def command(self, argv: Sequence[str]) -> int:
+        self.commands.append(list(argv))
+        return 1
+
+
+def passing() -> PreflightReport:
+    return PreflightReport((Check("humming_import", "humming", CheckStatus.PASSED, "ok"),), 0.1)
+
+
+def failing() -> PreflightReport:
+    return PreflightReport(
+        (
+            Check(
+                "vllm_integration",
+                "vllm",
+                CheckStatus.FAILED,
+                "vLLM 0.33.0 cannot use humming-kernels 0.1.6: ModuleNotFoundError: No module "
+                "named 'humming.forward' (in vllm.utils.humming.humming_forward)",
+            ),
+        ),
+        0.1,
+    )
+
+
+@pytest.fixture
+def matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(MATRIX, encoding="utf-8")
+    monkeypatch.setenv("HUMMING_MATRIX_FILE", str(path))
+    return path
+
+
+def session(
+    tmp_path: Path,
+    calls: Calls,
+    gpus: list[dict[str, str]],
+    environ: dict[str, str],
+    humming: str = "0.1.19",
+    *run_args: str,
+) -> tuple[int, dict[str, Any]]:
+    record = tmp_path / "env" / "humming-install.json"
+    args = build_parser().parse_args(
+        [
+            "session",
+            "--record",
+            str(record),
+            "--results",
+            str(tmp_path / "store"),
+            "humming-0.1.19",
+            "--",
+            "--config",
+            str(CONFIG),
+            *run_args,
+        ]
+    )
+    seams = Seams(
+        packages=lambda: {"humming-kernels": humming, "vllm": "0.33.0"},
+        gpus=lambda: gpus,
+        preflight=calls.run_preflight,
+        command=calls.command,
+    )
+    code = execute(args, seams, environ)
+    return code, json.loads(record.read_text())
+
+
+def test_failed_preflight_is_untestable(tmp_path: Path, matrix: Path) -> None:
+    calls = Calls(failing())
+    with pytest.raises(UntestableError) as info:
+        session(tmp_path, calls, [H200], {})
+    assert str(info.value) == (
+        "humming-0.1.19: preflight failed, untestable: vllm_integration [vllm]: vLLM 0.33.0 cannot "
+        "use humming-kernels 0.1.6: ModuleNotFoundError: No module named 'humming.forward' "
+        "(in vllm.utils.humming.humming_forward)"
+    )
+    assert calls.preflight == [(["Qwen3-30B-A3B-MXFP4A16-humming-act-fp8"], True)]
+    assert calls.commands == []
+    record = json.loads((tmp_path / "env" / "humming-install.json").read_text())
+    assert (record["outcome"], record["exit_code"], record["stages"]) == (
+        "preflight_failed",
+        125,
+        ["installed", "verified", "preflight"],
+    )
+
+
+def test_no_gpu_stops_after_preflight_with_3(tmp_path: Path, matrix: Path) -> None:
+    calls = Calls(passing())
+    with pytest.raises(NoGPUError) as info:
+        session(tmp_path, calls, [], {})
+    assert str(info.value) == (
+        "humming-0.1.19: needs 1 CUDA GPU(s), 0 visible; only the preflight ran, the GSM8K stage "
+        f"did not (set {PREFLIGHT_ONLY_ENV}=1 to make this a pass)"
+    )
+    assert info.value.exit_code == ExitCode.INFRASTRUCTURE
+    assert calls.commands == []
+    record = json.loads((tmp_path / "env" / "humming-install.json").read_text())
+    assert (record["outcome"], record["exit_code"], record["stages"]) == (
+        "preflight_only",
+        3,
+        ["installed", "verified", "preflight"],
+    )
+    assert record["preflight"]["passed"] is True
+
+
+def test_preflight_only_run_without_gpu_is_a_pass(tmp_path: Path, matrix: Path) -> None:
+    calls = Calls(passing())
+    code, record = session(tmp_path, calls, [], {PREFLIGHT_ONLY_ENV: "1"})
+    assert (code, record["outcome"], record["exit_code"]) == (0, "preflight_only", 0)
+    assert calls.commands == []
+
+
+def test_with_a_gpu_run_gets_the_arguments_and_its_code_is_the_session_code(
+    tmp_path: Path, matrix: Path
+) -> None:
+    calls = Calls(passing())
+    code, record = session(tmp_path, calls, [H200], {}, "0.1.19", "--limit", "5")
+    assert calls.commands == [
+        ["run", "--config", str(CONFIG), "--limit", "5", "--results", str(tmp_path / "store")]
+    ]
+    assert (code, record["outcome"], record["exit_code"]) == (1, "ran", 1)
+    assert record["stages"] == ["installed", "verified", "preflight", "run"]
+
+
+def test_wrong_humming_never_reaches_the_preflight(tmp_path: Path, matrix: Path) -> None:
+    calls = Calls(passing())
+    with pytest.raises(
+        UntestableError,
+        match=r"expects humming-kernels 0\.1\.19, but the environment has 0\.1\.6; refusing to run",
+    ):
+        session(tmp_path, calls, [H200], {}, "0.1.6")
+    assert (calls.preflight, calls.commands) == ([], [])
