@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from packaging.version import Version
 
 from humming_matrix.errors import ExitCode, MatrixError
 from humming_matrix.matrix import DEFAULT_MATRIX, NoPairingError, load_matrix
+from humming_matrix.requirements_file import parse_requirements
 
 SMALL = """
 [matrix]
@@ -239,3 +240,22 @@ def test_unreadable_or_malformed_file(tmp_path: Path) -> None:
         load_matrix(missing)
     with pytest.raises(MatrixError, match=r"matrix\.toml: not valid TOML: "):
         load_matrix(write(tmp_path, "[matrix\n"))
+
+
+def test_guarded_pins_match_the_matrix_cell_of_their_humming() -> None:
+    pins = {
+        p.name: p
+        for p in parse_requirements(
+            PurePosixPath("requirements/cuda.txt"),
+            lambda path: (DEFAULT_MATRIX.parents[1] / path).read_text(encoding="utf-8"),
+        )
+    }
+    humming = pins["humming-kernels"]
+    assert humming.extras == ("cu13",)
+    cell = load_matrix(DEFAULT_MATRIX).cell_for(str(humming.exact_version))
+    assert (pins["vllm"].exact_version, pins["torch"].exact_version) == (
+        str(cell.vllm),
+        str(cell.torch),
+    )
+    assert cell.variant.humming_extra == "cu13"
+    assert cell.session == "humming-0.1.19"
