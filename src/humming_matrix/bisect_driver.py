@@ -264,7 +264,11 @@ class Driver:
             self.entries[entry.version] = entry
             self.log.append(entry)
             verdicts[entry.version] = entry.verdict
-            how = "stored records" if result.status is ProbeStatus.REUSED else "ran"
+            how = {
+                ProbeStatus.REUSED: "stored records",
+                ProbeStatus.RAN: "ran",
+                ProbeStatus.UNTESTABLE: "could not run",
+            }[result.status]
             self.say(f"bisect: {entry.version}: {entry.verdict.value} ({how}) - {entry.reason}")
         return {v: verdicts[v] for v in versions}
 

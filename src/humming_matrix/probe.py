@@ -32,12 +32,10 @@ from typing import IO, Protocol
 from humming_matrix import environment
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import RecordError
-from humming_matrix.matrix import Cell
+from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
 from humming_matrix.results import Gsm8kRecord, RecordKind, load_gsm8k_record, record_paths
 from humming_matrix.slots import DEVICES_ENV, SLOT_DIR_ENV, SlotPool
 
-# The noxfile generates sessions for versions no matrix list names when they appear here.
-EXTRA_VERSIONS_ENV = "HUMMING_MATRIX_EXTRA_VERSIONS"
 DEFAULT_PROBE_TIMEOUT_S = 4 * 3600.0
 _TAIL_LINES = 40
 
@@ -96,12 +94,16 @@ class NoxRunner:
 
     noxfile: Path
     timeout: float = DEFAULT_PROBE_TIMEOUT_S
+    envdir: Path | None = None  # nox's --envdir (default: .nox beside the noxfile)
     nox: tuple[str, ...] = (sys.executable, "-m", "nox")
 
     def __call__(
         self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
     ) -> int:
-        argv = [*self.nox, "-f", str(self.noxfile), "-s", session, "--", *posargs]
+        argv = [*self.nox, "-f", str(self.noxfile), "-s", session]
+        if self.envdir is not None:
+            argv += ["--envdir", str(self.envdir)]
+        argv += ["--", *posargs]
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w", encoding="utf-8") as out, _process_group(
             argv, env, out, self.noxfile.parent
@@ -162,9 +164,11 @@ def _reason_from(tail: str) -> str:
         if line.strip() and not re.match(r"nox > (Session .* (failed|was successful)|Ran )", line)
     ]
     for marker in ("humming-matrix: error:", "error:", "No solution found", "failed with exit"):
-        for line in reversed(lines):
-            if marker in line:
-                return line
+        for i in range(len(lines) - 1, -1, -1):
+            if marker in lines[i]:
+                # uv puts the why on the next line ("cause: Because there is no version ...").
+                after = lines[i + 1] if i + 1 < len(lines) else ""
+                return f"{lines[i]}: {after}" if after.startswith("cause:") else lines[i]
     return lines[-1] if lines else "no output"
 
 

@@ -49,6 +49,8 @@ def add_suite_arguments(p: argparse.ArgumentParser) -> None:
                    help="the CUDA variant of every cell (default: each pairing's default)")
     p.add_argument("--noxfile", type=Path, default=Path("noxfile.py"), metavar="FILE",
                    help="the noxfile whose humming-<version> sessions run the probes")
+    p.add_argument("--envdir", type=Path, metavar="DIR",
+                   help="where nox keeps the session environments (nox's --envdir)")
     p.add_argument("--probe-timeout", type=float, default=DEFAULT_PROBE_TIMEOUT_S, metavar="S",
                    help="kill a probe's session after S seconds (then it is untestable)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
@@ -121,7 +123,8 @@ def prober_from(args: argparse.Namespace, suite: Suite, jobs: int) -> Prober:
     slots = SlotPool.from_environment() if jobs > 1 else None
     return Prober(
         suite,
-        NoxRunner(noxfile, timeout=args.probe_timeout),
+        NoxRunner(noxfile, timeout=args.probe_timeout,
+                  envdir=args.envdir.resolve() if args.envdir else None),
         log_dir=suite.store / "probe-logs",
         hardware=Prober.current_hardware(),
         slots=slots,
