@@ -248,3 +248,10 @@ def test_minimum_detectable_effect_none_when_nothing_can_be_detected() -> None:
     # Three questions: even three unanimous flips give mid-p 0.0625 > 0.05.
     assert minimum_detectable_effect(3, 0.0) is None
     assert minimum_detectable_effect(40, 1.0) is None
+
+
+@pytest.mark.parametrize("discordance", [0.005, 0.02, 0.05, 0.1])
+def test_mid_p_test_keeps_its_size_under_pure_noise(discordance: float) -> None:
+    """With no real drop, the test flags a regression at most alpha of the time (mid-p is not
+    guaranteed conservative, so this is checked, exactly, at GSM8K's size)."""
+    assert regression_power(1319, discordance, 0.0, 0.05) <= 0.05
