@@ -1,0 +1,125 @@
+"""Pre-merge logic: which pins changed, which cells that makes, and when the matrix cannot say."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from humming_matrix.errors import InfrastructureError, RequirementsError
+from humming_matrix.matrix import Matrix, load_matrix
+from humming_matrix.premerge import cells_for, diff_pins, humming_version
+from humming_matrix.requirements_file import Pin, parse_requirements
+
+MATRIX = """\
+[matrix]
+schema_version = 1
+
+[recipe.vllm]
+requirements = ["vllm=={vllm}", "torch=={torch}", "humming-kernels=={humming}"]
+
+[variant.cu130]
+torch_backend = "cu130"
+
+[variant.cu128]
+torch_backend = "cu128"
+
+[[pairing]]
+humming = ">=0.1.0,<0.1.7"
+versions = ["0.1.6"]
+vllm = "0.24.0"
+torch = "2.11.0"
+variants = ["cu128"]
+
+[[pairing]]
+humming = ">=0.1.7,<0.2"
+versions = ["0.1.19"]
+vllm = "0.33.0"
+torch = "2.14.0"
+variants = ["cu130", "cu128"]
+"""
+
+
+def pins(text: str) -> tuple[Pin, ...]:
+    return parse_requirements(PurePosixPath("cuda.txt"), lambda _: text)
+
+
+@pytest.fixture
+def matrix(tmp_path: Path) -> Matrix:
+    (tmp_path / "m.toml").write_text(MATRIX)
+    return load_matrix(tmp_path / "m.toml")
+
+
+def test_diff_reports_guarded_changes_only() -> None:
+    old = pins("torch==2.14.0\nnumpy==1\nhumming-kernels[cu13]==0.1.17\nvllm==0.33.0\n")
+    new = pins("torch==2.14.0\nnumpy==2\nhumming-kernels[cu13]==0.1.19\nvllm==0.33.0\n")
+    changes = diff_pins(old, new)
+    assert [(c.name, c.describe()) for c in changes] == [
+        ("humming-kernels", "humming-kernels[cu13]==0.1.17 -> humming-kernels[cu13]==0.1.19"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "changed"),
+    [
+        ("humming-kernels==0.1.19\n", "# moved\n\nhumming-kernels == 0.1.19  # same\n", []),
+        ("humming-kernels==0.1.19\n", "Humming_Kernels==0.1.19\n", []),
+        ("humming-kernels[cu12]==0.1.19\n", "humming-kernels[cu13]==0.1.19\n",
+         ["humming-kernels"]),
+        ('torch==2.14.0\n', 'torch==2.14.0; platform_machine == "x86_64"\n', ["torch"]),
+        ("vllm==0.33.0\n", "", ["vllm"]),
+        ("", "torch==2.14.0\n", ["torch"]),
+    ],
+)
+def test_diff_sees_extras_markers_and_removals_but_not_formatting(
+    before: str, after: str, changed: list[str]
+) -> None:
+    assert [c.name for c in diff_pins(pins(before), pins(after))] == changed
+
+
+def test_cells_for_pairs_each_side_with_its_matrix_cell(matrix: Matrix) -> None:
+    old = pins("torch==2.11.0\nhumming-kernels==0.1.6\nvllm==0.24.0\n")
+    new = pins("torch==2.14.0\nhumming-kernels==0.1.19\nvllm==0.33.0\n")
+    cells = cells_for(matrix, old, new, None, "cuda.txt")
+    assert (cells.old.session, cells.new.session) == ("humming-0.1.6", "humming-0.1.19")
+
+
+def test_cells_for_honours_the_variant(matrix: Matrix) -> None:
+    old = pins("humming-kernels==0.1.17\n")
+    new = pins("humming-kernels==0.1.19\n")
+    cells = cells_for(matrix, old, new, "cu128", "cuda.txt")
+    assert (cells.old.session, cells.new.session) == (
+        "humming-0.1.17-cu128", "humming-0.1.19-cu128",
+    )
+
+
+def test_pins_the_matrix_does_not_pair_are_an_infrastructure_failure(matrix: Matrix) -> None:
+    old = pins("torch==2.14.0\nhumming-kernels==0.1.17\n")
+    new = pins("torch==2.15.0+cu130\nhumming-kernels==0.1.19\n")
+    with pytest.raises(InfrastructureError) as caught:
+        cells_for(matrix, old, new, None, "cuda.txt")
+    assert str(caught.value) == (
+        f"the matrix ({matrix.path}) cannot build these cells: new side: torch is pinned to "
+        "2.15.0 but the matrix pairs humming-kernels 0.1.19 with torch 2.14.0; add a pairing "
+        "for them (docs/matrix.md)"
+    )
+
+
+def test_same_cell_on_both_sides_cannot_be_tested(matrix: Matrix) -> None:
+    old = pins("humming-kernels==0.1.19\nnumpy==1\n")
+    with pytest.raises(InfrastructureError, match=r"same matrix cell humming-0\.1\.19"):
+        cells_for(matrix, old, old, None, "cuda.txt")
+
+
+def test_humming_pin_must_be_exact() -> None:
+    with pytest.raises(RequirementsError) as caught:
+        humming_version(pins("humming-kernels>=0.1.17\n"), "cuda.txt at HEAD")
+    assert str(caught.value) == (
+        "cuda.txt at HEAD: humming-kernels: needs exactly one `==` version to gate: "
+        "cuda.txt:1 (humming-kernels>=0.1.17)"
+    )
+
+
+def test_missing_humming_pin_is_not_a_pass() -> None:
+    with pytest.raises(InfrastructureError, match="no humming-kernels pin, nothing to compare"):
+        humming_version(pins("torch==2.14.0\n"), "cuda.txt at the merge base")
