@@ -88,7 +88,13 @@ def _gsm8k(args: argparse.Namespace, settings: Settings) -> int:
 
 def _kernels(args: argparse.Namespace) -> int:
     # Imported here: the kernel judge is its own tier and must not slow down GSM8K comparisons.
-    judge = importlib.import_module("humming_matrix.kernels.judge")
+    try:
+        judge = importlib.import_module("humming_matrix.kernels.judge")
+    except ModuleNotFoundError:
+        raise UsageError(
+            "kernel records: this installation lacks the kernel judge "
+            "(humming_matrix.kernels.judge), so it can compare GSM8K records only"
+        ) from None
     comparison = judge.compare_kernel_records(
         record_paths(args.baseline, RecordKind.KERNELS),
         record_paths(args.candidate, RecordKind.KERNELS),
