@@ -1,4 +1,7 @@
-"""Async client for an OpenAI-compatible `/v1/completions` endpoint.
+"""Async client for an OpenAI-compatible `/v1/completions` endpoint, on aiohttp.
+
+aiohttp, as vLLM's own harness uses: at 100 connections httpx's pool spent ~10 CPU seconds on
+1319 requests where aiohttp spent ~0.4 (benchmarks/README.md), and vLLM already depends on it.
 
 Bounded concurrency, a per-request timeout, and retries with exponential backoff for answers that
 say nothing about the model: 5xx and 429 statuses and broken connections. A request that still
@@ -10,12 +13,13 @@ once with a ServerError instead of retrying into a dead socket.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -54,7 +58,6 @@ class CompletionsClient:
         timeout: float,
         retry: RetryPolicy = RetryPolicy(),
         check_server: Callable[[], None] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.url = base_url.rstrip("/") + "/v1/completions"
@@ -63,27 +66,27 @@ class CompletionsClient:
         self.timeout = timeout
         self.retry = retry
         self.check_server = check_server or (lambda: None)
-        self.transport = transport
         self.sleep = sleep
 
-    async def _attempt(self, http: httpx.AsyncClient, prompt: str) -> str:
+    async def _attempt(self, http: aiohttp.ClientSession, prompt: str) -> str:
         try:
-            response = await http.post(self.url, json={"prompt": prompt, **self.params})
-        except httpx.TransportError as exc:
+            async with http.post(self.url, json={"prompt": prompt, **self.params}) as response:
+                status, body = response.status, await response.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-        if response.status_code in RETRYABLE_STATUS:
-            raise _Retryable(f"HTTP {response.status_code}: {response.text[:200]}")
-        if response.status_code != 200:
-            raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
+        if status in RETRYABLE_STATUS:
+            raise _Retryable(f"HTTP {status}: {body[:200]}")
+        if status != 200:
+            raise ValueError(f"HTTP {status}: {body[:200]}")
         try:
-            text = response.json()["choices"][0]["text"]
+            text = json.loads(body)["choices"][0]["text"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ValueError(f"malformed completion: {response.text[:200]}") from None
+            raise ValueError(f"malformed completion: {body[:200]}") from None
         if not isinstance(text, str):
             raise ValueError(f"malformed completion text: {text!r}")
         return text
 
-    async def _one(self, http: httpx.AsyncClient, gate: asyncio.Semaphore, index: int,
+    async def _one(self, http: aiohttp.ClientSession, gate: asyncio.Semaphore, index: int,
                    prompt: str) -> Completion:
         async with gate:
             attempt = 0
@@ -108,10 +111,9 @@ class CompletionsClient:
         """Ask every prompt; `on_done` sees each completion as it arrives (for progress and for
         the partial record if the run is cut short)."""
         gate = asyncio.Semaphore(self.concurrency)
-        limits = httpx.Limits(max_connections=self.concurrency,
-                              max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(timeout=self.timeout, limits=limits,
-                                     transport=self.transport) as http:
+        connector = aiohttp.TCPConnector(limit=self.concurrency)
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             tasks = [asyncio.ensure_future(self._one(http, gate, i, p)) for i, p in prompts]
             results: list[Completion] = []
             try:

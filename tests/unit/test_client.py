@@ -1,45 +1,56 @@
-"""The completions client through httpx's mock transport: retries, errors, concurrency bound."""
+"""The completions client against small aiohttp servers on loopback: retries, errors, the
+concurrency bound, and stopping when the server is gone."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
-import httpx
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-from humming_matrix.client import CompletionsClient, RetryPolicy
+from humming_matrix.client import Completion, CompletionsClient, RetryPolicy
 from humming_matrix.errors import ServerError
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-def make_client(handler: httpx.MockTransport, *, retries: int = 3, concurrency: int = 4,
-                check: object = None) -> tuple[CompletionsClient, list[float]]:
+
+def run(handler: Handler, prompts: list[tuple[int, str]], *, retries: int = 3,
+        concurrency: int = 4, check: Callable[[], None] | None = None,
+        ) -> tuple[list[Completion], list[float]]:
     sleeps: list[float] = []
 
     async def sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    client = CompletionsClient(
-        "http://server", {"max_tokens": 256, "temperature": 0.0, "seed": None},
-        concurrency=concurrency, timeout=5, retry=RetryPolicy(retries=retries),
-        transport=handler, sleep=sleep, check_server=check,  # type: ignore[arg-type]
-    )
-    return client, sleeps
+    async def main() -> list[Completion]:
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        async with TestServer(app) as server:
+            client = CompletionsClient(
+                str(server.make_url("/")), {"max_tokens": 256, "temperature": 0.0, "seed": None},
+                concurrency=concurrency, timeout=5, retry=RetryPolicy(retries=retries),
+                sleep=sleep, check_server=check,
+            )
+            return await client.complete(prompts)
+
+    return asyncio.run(main()), sleeps
+
+
+def answer(text: str) -> web.Response:
+    return web.json_response({"choices": [{"text": text}]})
 
 
 def test_body_omits_none_and_5xx_is_retried_with_backoff() -> None:
-    bodies: list[dict[str, object]] = []
-    calls = {"n": 0}
+    bodies: list[object] = []
 
-    def handle(request: httpx.Request) -> httpx.Response:
-        bodies.append(json.loads(request.content))
-        calls["n"] += 1
-        if calls["n"] <= 2:
-            return httpx.Response(503, text="busy")
-        return httpx.Response(200, json={"choices": [{"text": " 42"}]})
+    async def handle(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        return web.Response(status=503, text="busy") if len(bodies) <= 2 else answer(" 42")
 
-    client, sleeps = make_client(httpx.MockTransport(handle))
-    [done] = asyncio.run(client.complete([(0, "Q")]))
+    [done], sleeps = run(handle, [(0, "Q")])
     assert (done.text, done.error, done.attempts) == (" 42", None, 3)
     assert bodies[0] == {"prompt": "Q", "max_tokens": 256, "temperature": 0.0}
     assert len(sleeps) == 2
@@ -48,49 +59,57 @@ def test_body_omits_none_and_5xx_is_retried_with_backoff() -> None:
 
 
 def test_4xx_is_not_retried_and_is_an_error() -> None:
-    client, sleeps = make_client(httpx.MockTransport(lambda r: httpx.Response(400, text="bad")))
-    [done] = asyncio.run(client.complete([(3, "Q")]))
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(status=400, text="bad")
+
+    [done], sleeps = run(handle, [(3, "Q")])
     assert (done.index, done.text, done.error, done.attempts) == (3, None, "HTTP 400: bad", 1)
     assert sleeps == []
 
 
 def test_broken_connections_exhaust_retries() -> None:
-    def handle(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused")
+    async def handle(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        request.transport.close()  # drop the connection without an answer
+        return answer("never")
 
-    client, sleeps = make_client(httpx.MockTransport(handle), retries=2)
-    [done] = asyncio.run(client.complete([(0, "Q")]))
-    assert done.error == "ConnectError: refused"
+    [done], sleeps = run(handle, [(0, "Q")], retries=2)
+    assert done.error is not None
+    assert done.error.startswith(("ServerDisconnectedError", "ClientOSError"))
     assert done.attempts == 3
     assert len(sleeps) == 2
 
 
 def test_malformed_answer_is_an_error() -> None:
-    client, _ = make_client(httpx.MockTransport(lambda r: httpx.Response(200, json={"x": 1})))
-    [done] = asyncio.run(client.complete([(0, "Q")]))
-    assert done.error == 'malformed completion: {"x":1}'
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response({"x": 1})
+
+    [done], _ = run(handle, [(0, "Q")])
+    assert done.error == 'malformed completion: {"x": 1}'
 
 
 def test_dead_server_stops_everything() -> None:
     def check() -> None:
         raise ServerError("vllm serve exited with code 1 while serving")
 
-    client, _ = make_client(httpx.MockTransport(lambda r: httpx.Response(502)), check=check)
+    async def handle(request: web.Request) -> web.Response:
+        return web.Response(status=502)
+
     with pytest.raises(ServerError, match="exited with code 1"):
-        asyncio.run(client.complete([(i, "Q") for i in range(10)]))
+        run(handle, [(i, "Q") for i in range(10)], check=check)
 
 
-def test_concurrency_is_bounded() -> None:
+def test_concurrency_is_bounded_and_results_come_in_order() -> None:
     state = {"now": 0, "peak": 0}
 
-    async def handle(request: httpx.Request) -> httpx.Response:
+    async def handle(request: web.Request) -> web.Response:
         state["now"] += 1
         state["peak"] = max(state["peak"], state["now"])
         await asyncio.sleep(0.01)
         state["now"] -= 1
-        return httpx.Response(200, json={"choices": [{"text": "1"}]})
+        return answer(json.dumps((await request.json())["prompt"]))
 
-    client, _ = make_client(httpx.MockTransport(handle), concurrency=3)
-    done = asyncio.run(client.complete([(i, "Q") for i in range(20)]))
+    done, _ = run(handle, [(i, f"Q{i}") for i in range(20)], concurrency=3)
     assert [c.index for c in done] == list(range(20))
+    assert [c.text for c in done] == [f'"Q{i}"' for i in range(20)]
     assert state["peak"] == 3
