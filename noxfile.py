@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import nox
+import nox.command
 
 REPO = Path(__file__).resolve().parent
 # The matrix module needs only the standard library and packaging, which nox itself brings.
@@ -26,7 +27,7 @@ RESULTS = REPO / "results" / "local"
 DEFAULT_CONFIG_LIST = REPO / "configs" / "gsm8k" / "humming" / "config.txt"
 
 
-def _install_cell(session: nox.Session, cell: Cell, *, kernels: bool) -> None:
+def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> None:
     session.install(str(REPO))
     options = list(cell.install_options())
     overrides = cell.overrides()
@@ -35,7 +36,15 @@ def _install_cell(session: nox.Session, cell: Cell, *, kernels: bool) -> None:
         path = Path(session.create_tmp()) / "overrides.txt"
         path.write_text("\n".join(overrides) + "\n", encoding="utf-8")
         options += ["--overrides", str(path)]
-    session.install(*options, *cell.requirements(kernels=kernels))
+    try:
+        session.install(*options, *cell.requirements(kernels=kernels))
+    except nox.command.CommandFailed:
+        # A cell that cannot be installed is untestable (125), which a bisect skips; say so in
+        # the install record rather than only in nox's log.
+        session.run(
+            "humming-matrix", "session", "--install-failed", name, env=_session_env(session, name)
+        )
+        raise
 
 
 def _session_env(session: nox.Session, name: str) -> dict[str, str]:
@@ -49,7 +58,7 @@ def _session_env(session: nox.Session, name: str) -> dict[str, str]:
 
 def _cell_session(cell: Cell) -> None:
     def run_cell(session: nox.Session) -> None:
-        _install_cell(session, cell, kernels=False)
+        _install_cell(session, cell, cell.session, kernels=False)
         session.run(
             "humming-matrix",
             "session",
@@ -69,7 +78,7 @@ def _cell_session(cell: Cell) -> None:
 
 def _kernels_session(cell: Cell) -> None:
     def run_kernels(session: nox.Session) -> None:
-        _install_cell(session, cell, kernels=True)
+        _install_cell(session, cell, cell.kernels_session, kernels=True)
         args = list(session.posargs)
         if "--results" not in args:
             args += ["--results", str(RESULTS)]

@@ -42,6 +42,7 @@ class Stage(str, Enum):
 
 class Outcome(str, Enum):
     IN_PROGRESS = "in_progress"
+    INSTALL_FAILED = "install_failed"  # 125: the installer could not build the cell
     VERSION_MISMATCH = "version_mismatch"  # 125
     PREFLIGHT_FAILED = "preflight_failed"  # 125
     PREFLIGHT_ONLY = "preflight_only"  # no GPU: only the preflight ran

@@ -50,8 +50,13 @@ preflight = false
 [variant.cpu]
 
 [[pairing]]
-humming = ">=0.1.6,<0.2"
+humming = ">=0.1.6,<0.1.20"
 versions = ["0.1.6", "0.1.19"]
+variants = ["cpu"]
+
+[[pairing]]
+humming = "==0.1.99"
+versions = ["0.1.99"]
 variants = ["cpu"]
 
 [[pairing]]
@@ -259,3 +264,20 @@ def test_preflight_reports_a_humming_that_cannot_import(workspace: Path) -> None
     )
     assert checks[("humming_env", "double-gsm8k")] == ("skipped", "no humming JSON in env")
     assert record["stages"] == ["installed", "verified", "preflight"]
+
+
+def test_a_cell_that_cannot_be_installed_is_untestable(workspace: Path) -> None:
+    run = _nox(workspace, "absent", ["humming-0.1.99"], ["--limit", "1"])
+    assert run.returncode == 1
+    assert "humming-kernels==0.1.99" in run.output  # the installer's own error is shown
+    assert "humming-0.1.99: installing the cell failed (the installer's error is above)" in (
+        run.output
+    )
+    assert "failed with exit code 125" in run.output
+    [record_path] = run.envdir.glob("*/humming-install.json")
+    record = json.loads(record_path.read_text())
+    assert (record["outcome"], record["exit_code"], record["humming_kernels"]) == (
+        "install_failed",
+        125,
+        None,
+    )

@@ -1,5 +1,6 @@
 """`humming-matrix session NAME -- RUN_ARGS`: what one nox matrix session does, in order.
 
+0. (--install-failed) the noxfile's install step failed: record that, exit 125;
 1. record what the environment holds (the install record, `HUMMING_MATRIX_INSTALL_RECORD`);
 2. refuse (125) unless the installed humming-kernels is the one NAME says;
 3. compare with sibling environments of the same stack (the single-variable check; recorded);
@@ -77,6 +78,11 @@ def register(sub: Any) -> None:
         action="store_true",
         help="after verifying, run `humming-matrix kernels` instead of the GSM8K stage",
     )
+    p.add_argument(
+        "--install-failed",
+        action="store_true",
+        help="the installer failed (the noxfile says so): record it and exit 125",
+    )
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for `run` after `--`")
     p.set_defaults(handler=main)
 
@@ -135,6 +141,21 @@ def execute(
     cell = load_matrix().cell(args.name)
     path = _record_path(args, environ)
     record = installation.capture(cell, packages=seams.packages())
+    if args.install_failed:
+        message = (
+            f"{cell.session}: installing the cell failed (the installer's error is above); "
+            f"untestable (install record: {path})"
+        )
+        installation.write_record(
+            path,
+            replace(
+                record,
+                outcome=Outcome.INSTALL_FAILED,
+                message=message,
+                exit_code=int(ExitCode.UNTESTABLE),
+            ),
+        )
+        raise UntestableError(message)
     installation.write_record(path, record)
     record = installation.verify_humming(record, cell, path)
 
