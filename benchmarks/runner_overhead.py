@@ -2,8 +2,9 @@
 
 Against one local server that answers at once (the test double in tests/doubles, started once),
 each repeat times, back to back:
-  floor    a bare httpx.AsyncClient loop that posts the same 1319 prompts at the same concurrency
-           (100) and does nothing else: the cost of the HTTP traffic itself;
+  floor    a bare aiohttp loop, as vLLM's gsm8k_eval.py does it, that posts the same 1319 prompts
+           at the same concurrency (100) and does nothing else: the HTTP traffic itself;
+  httpx    the same bare loop on httpx.AsyncClient, the other async client we considered;
   harness  `humming-matrix run --endpoint URL` as a fresh process: interpreter start, imports,
            config validation, GSM8K sha256 checks, prompt building, environment capture, the
            client, scoring, progress, and the atomic record write.
@@ -26,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 from humming_matrix import gsm8k
@@ -43,6 +45,19 @@ num_fewshot: 5
 
 
 async def _floor(url: str, prompts: list[str], params: dict[str, object]) -> None:
+    connector = aiohttp.TCPConnector(limit=100)
+    async with aiohttp.ClientSession(connector=connector) as http:
+
+        async def one(prompt: str) -> None:
+            async with http.post(f"{url}/v1/completions",
+                                 json={"prompt": prompt, **params}) as response:
+                response.raise_for_status()
+                await response.json()
+
+        await asyncio.gather(*(one(p) for p in prompts))
+
+
+async def _httpx(url: str, prompts: list[str], params: dict[str, object]) -> None:
     gate = asyncio.Semaphore(100)
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
@@ -84,7 +99,12 @@ def main() -> None:
         try:
             _wait_healthy(url)
             floors, harnesses, floor_cpu, harness_cpu = [], [], [], []
+            httpx_wall, httpx_cpu = [], []
             for i in range(args.repeats):
+                started, cpu = time.perf_counter(), time.process_time()
+                asyncio.run(_httpx(url, prompts, params))
+                httpx_wall.append(time.perf_counter() - started)
+                httpx_cpu.append(time.process_time() - cpu)
                 started, cpu = time.perf_counter(), time.process_time()
                 asyncio.run(_floor(url, prompts, params))
                 floors.append(time.perf_counter() - started)
@@ -117,6 +137,9 @@ def main() -> None:
         ),
         "median_floor_cpu_s": round(statistics.median(floor_cpu), 3),
         "median_harness_cpu_s": round(statistics.median(harness_cpu), 3),
+        "httpx_s": [round(x, 3) for x in httpx_wall],
+        "median_httpx_s": round(statistics.median(httpx_wall), 3),
+        "median_httpx_cpu_s": round(statistics.median(httpx_cpu), 3),
         "cpus": os.cpu_count(),
     }, indent=1))
 
