@@ -96,6 +96,7 @@ class NoxRunner:
     timeout: float = DEFAULT_PROBE_TIMEOUT_S
     envdir: Path | None = None  # nox's --envdir (default: .nox beside the noxfile)
     nox: tuple[str, ...] = (sys.executable, "-m", "nox")
+    grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping the session
 
     def __call__(
         self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
@@ -106,7 +107,7 @@ class NoxRunner:
         argv += ["--", *posargs]
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w", encoding="utf-8") as out, _process_group(
-            argv, env, out, self.noxfile.parent
+            argv, env, out, self.noxfile.parent, self.grace
         ) as process:
             try:
                 return process.wait(timeout=self.timeout)
@@ -116,7 +117,7 @@ class NoxRunner:
 
 @contextlib.contextmanager
 def _process_group(
-    argv: Sequence[str], env: Mapping[str, str], out: IO[str], cwd: Path
+    argv: Sequence[str], env: Mapping[str, str], out: IO[str], cwd: Path, grace: float
 ) -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen(
         list(argv),
@@ -130,21 +131,36 @@ def _process_group(
     try:
         yield process
     finally:
-        if process.poll() is None:
-            _kill_group(process)
+        # Also when nox itself is gone: a session's server may outlive it in the group.
+        _kill_group(process, grace)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def _kill_group(process: subprocess.Popen[bytes], grace: float) -> None:
     # nox forwards SIGTERM to its session, whose `run` tears its server down; SIGKILL after a
     # grace period covers a child that ignores it.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
     try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
         process.wait()
+        return  # the whole group is gone already
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if process.poll() is not None and not _group_alive(process.pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:

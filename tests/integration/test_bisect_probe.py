@@ -1,0 +1,131 @@
+"""The probe runner's process handling and GPU slots, with real processes and real file locks."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from humming_matrix.config import EvalConfig, load_config
+from humming_matrix.matrix import load_matrix
+from humming_matrix.probe import NoxRunner, Prober, ProbeStatus, ProbeTimeoutError, Suite
+from humming_matrix.slots import SlotPool
+from tests.integration.runner_harness import alive
+from tests.unit.test_bisection_driver import TEST_MATRIX, SessionDouble
+
+# TEST DOUBLE of nox: starts a child in its process group (as a session's `vllm serve` is),
+# writes both pids, then hangs; optionally ignoring SIGTERM.
+HANGING_NOX = """\
+import json, signal, subprocess, sys, time
+if "--ignore-term" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN) if %r else None; time.sleep(600)"
+    % ("--ignore-term" in sys.argv)])
+open(sys.argv[sys.argv.index("--pids") + 1], "w").write(
+    json.dumps({"nox": __import__("os").getpid(), "child": child.pid, "argv": sys.argv[1:]}))
+print("nox > Running session", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> EvalConfig:
+    path = tmp_path / "double.yaml"
+    path.write_text(
+        'model_name: "double/model"\naccuracy_threshold: 0.5\nnum_questions: 1319\n'
+        "num_fewshot: 5\n"
+    )
+    return load_config(path)
+
+
+@pytest.mark.parametrize("ignore_term", [False, True])
+def test_timeout_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool) -> None:
+    script = tmp_path / "nox_double.py"
+    script.write_text(HANGING_NOX)
+    noxfile = tmp_path / "noxfile.py"
+    noxfile.touch()
+    pids_file = tmp_path / "pids.json"
+    flags = ("--ignore-term",) if ignore_term else ()
+    runner = NoxRunner(noxfile, timeout=1.5, nox=(sys.executable, str(script), *flags),
+                       grace=1.0)
+    log = tmp_path / "probe.log"
+    start = time.monotonic()
+    with pytest.raises(ProbeTimeoutError, match=r"humming-0\.1\.4 ran past 1\.5 s"):
+        runner("humming-0.1.4", ["--pids", str(pids_file)], dict(os.environ), log)
+    pids = json.loads(pids_file.read_text())
+    assert not alive(pids["nox"])
+    assert not alive(pids["child"])
+    assert time.monotonic() - start < 10
+    assert log.read_text().splitlines()[0] == "nox > Running session"
+    assert pids["argv"] == [
+        *flags, "-f", str(noxfile), "-s", "humming-0.1.4", "--", "--pids", str(pids_file),
+    ]
+
+
+def test_a_timed_out_probe_is_untestable(tmp_path: Path, config: EvalConfig) -> None:
+    script = tmp_path / "nox_double.py"
+    script.write_text(HANGING_NOX)
+    noxfile = tmp_path / "noxfile.py"
+    noxfile.touch()
+    (tmp_path / "m.toml").write_text(TEST_MATRIX)
+    cell = load_matrix(tmp_path / "m.toml").cell_for("0.1.4")
+    runner = NoxRunner(noxfile, timeout=1.0, nox=(sys.executable, str(script)), grace=1.0)
+    suite = Suite((config,), ("--pids", str(tmp_path / "pids.json")), tmp_path / "store", 5)
+    result = Prober(suite, runner, log_dir=tmp_path / "logs").probe(cell)
+    assert (result.status, result.reason) == (
+        ProbeStatus.UNTESTABLE, "humming-0.1.4 ran past 1 s",
+    )
+    assert not alive(json.loads((tmp_path / "pids.json").read_text())["child"])
+
+
+class SlotRecorder(SessionDouble):
+    """The session double, also noting the GPU environment each session got and how many ran
+    at once."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        super().__init__(config, bad_from=None, wrong=())
+        self.seen: dict[str, tuple[str, str, str]] = {}
+        self.running = 0
+        self.peak = 0
+        self.guard = threading.Lock()
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int:
+        with self.guard:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            self.seen[session] = (
+                env["CUDA_VISIBLE_DEVICES"], env["HUMMING_MATRIX_GPUS"],
+                env["HUMMING_MATRIX_SLOT_DIR"],
+            )
+        time.sleep(0.4)
+        with self.guard:
+            self.running -= 1
+        return super().__call__(session, posargs, env, log)
+
+
+def test_parallel_probes_each_get_their_own_gpu(tmp_path: Path, config: EvalConfig) -> None:
+    (tmp_path / "m.toml").write_text(TEST_MATRIX.replace("gpus = 0", "gpus = 1"))
+    matrix = load_matrix(tmp_path / "m.toml")
+    cells = [matrix.cell_for(v) for v in ("0.1.3", "0.1.4", "0.1.5")]
+    pool = SlotPool(tmp_path / "slots", ["0", "1"], poll_interval=0.05)
+    recorder = SlotRecorder(config)
+    suite = Suite((config,), (), tmp_path / "store", 5)
+    prober = Prober(suite, recorder, log_dir=tmp_path / "logs", slots=pool, base_env={})
+    results = prober.probe_many(cells)
+    assert [r.status for r in results] == [ProbeStatus.RAN] * 3
+    assert recorder.peak == 2  # three probes, two GPUs: never more than two at once
+    for session, (visible, pool_devices, slot_dir) in recorder.seen.items():
+        assert visible in {"0", "1"}
+        # The session's own slot pool (if it takes one) is private and holds exactly its GPU.
+        assert pool_devices == visible
+        assert slot_dir == str(tmp_path / "logs" / f"slots-{session}")
+    assert pool.holders() == ()
