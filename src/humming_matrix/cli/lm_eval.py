@@ -1,0 +1,66 @@
+"""`humming-matrix lm-eval`: vLLM's lm-eval-harness configs, run by lm-eval against `vllm serve`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
+from humming_matrix.lmeval.config import load_lm_eval_configs
+from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
+from humming_matrix.lmeval.tasks import lm_eval_package_dir
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "lm-eval",
+        help="run vLLM lm-eval-harness configs with lm-eval and write result records",
+        description="Run each lm-eval config (vLLM's .buildkite/lm-eval-harness format) with "
+        "lm-eval's local-completions model against a `vllm serve` launched here (or "
+        "--endpoint), and write one `lm-eval` record per config with per-sample outcomes. A "
+        "metric passes when measured >= value * (1 - rtol). Needs the extra: "
+        "pip install 'humming-matrix[lm-eval]'. Exit 0 all pass, 1 a metric below its "
+        "threshold, 2 usage or config error, 3 infrastructure failure.",
+    )
+    p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
+                   help="an lm-eval config (vLLM's YAML format); repeatable")
+    p.add_argument("--config-list", action="append", type=Path, default=[], metavar="FILE",
+                   help="a list file of configs, one per line, relative to the list; repeatable")
+    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
+                   help="the result store (default: results/local)")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="use a server that is already up instead of launching `vllm serve`")
+    p.add_argument("--limit", type=int, metavar="N",
+                   help="at most N documents per task (caps the config's `limit`)")
+    p.add_argument("--tp-size", type=int, default=1, metavar="N",
+                   help="tensor parallel size, as vLLM's harness takes it (default 1)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.config and not args.config_list:
+        raise UsageError("lm-eval needs --config FILE or --config-list FILE")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    if args.tp_size < 1:
+        raise UsageError("--tp-size must be at least 1")
+    configs = load_lm_eval_configs(args.config, args.config_list)
+    lm_eval_package_dir()  # fail before any server starts when the extra is missing
+    suite = LmEvalSuite(SuiteSettings(results=args.results, endpoint=args.endpoint,
+                                      limit=args.limit, tp_size=args.tp_size))
+    code = ExitCode.OK
+    for config in configs:
+        try:
+            record, _ = suite.run(config)
+        except InfrastructureError as exc:
+            print(f"humming-matrix: error: {exc}", file=sys.stderr)
+            tail = getattr(exc, "log_tail", "")
+            if tail:
+                print(f"--- server log (tail) ---\n{tail}", file=sys.stderr)
+            code = ExitCode.INFRASTRUCTURE
+            continue
+        if not record.passed and code == ExitCode.OK:
+            code = ExitCode.FAILED
+    return int(code)

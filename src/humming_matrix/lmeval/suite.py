@@ -1,0 +1,253 @@
+"""One lm-eval config, end to end: `vllm serve` (the GSM8K suite's launcher), lm-eval's
+`local-completions` model in a worker process against it, and an `lm-eval` record.
+
+A run that fails (the server dies, lm-eval gives up on its requests) is an infrastructure failure
+(exit 3). lm-eval keeps no partial results, so nothing but the logs is left: the server log and
+the worker log beside the records, named like the record that was not written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from humming_matrix import environment, server
+from humming_matrix.errors import ConfigError, InfrastructureError
+from humming_matrix.lmeval.config import LmEvalConfig
+from humming_matrix.lmeval.record import (
+    LmEvalRecord,
+    checks_from_output,
+    samples_from_output,
+    write_lm_eval_record,
+)
+from humming_matrix.lmeval.tasks import write_task_dir
+from humming_matrix.lmeval.worker import EXIT_UNKNOWN_TASK
+from humming_matrix.progress import Progress
+from humming_matrix.results import (
+    ConfigInfo,
+    RecordKind,
+    new_run_id,
+    record_filename,
+    redact,
+    utc_now_iso,
+)
+from humming_matrix.server import log_tail
+
+WORKER_MODULE = "humming_matrix.lmeval.worker"
+POLL_SECONDS = 0.2
+TERM_GRACE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    results: Path
+    endpoint: str | None = None  # a server that is already up, instead of launching one
+    limit: int | None = None  # caps the config's own `limit`
+    tp_size: int = 1
+    python: str = sys.executable  # the interpreter whose lm-eval runs the worker
+
+
+class Launcher(Protocol):
+    def __call__(self, spec: server.ServerSpec,
+                 log_path: Path) -> contextlib.AbstractContextManager[server.RunningServer]: ...
+
+
+def effective_limit(config: LmEvalConfig, cap: int | None) -> int | float | None:
+    if cap is None:
+        return config.limit
+    if config.limit is None or isinstance(config.limit, float):
+        return cap
+    return min(config.limit, cap)
+
+
+def model_args(config: LmEvalConfig, url: str) -> dict[str, Any]:
+    """lm-eval's `local-completions` against our server: the server tokenizes (no tokenizer
+    download), one prompt per request, `num_concurrent` requests in flight."""
+    return {
+        "model": config.model_name,
+        "base_url": url.rstrip("/") + "/v1/completions",
+        "tokenizer_backend": None,
+        "tokenized_requests": False,
+        "num_concurrent": config.num_concurrent,
+        "max_retries": config.max_retries,
+        "timeout": config.request_timeout_seconds,
+        "max_length": config.max_model_len,
+    }
+
+
+def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool) -> dict[str, str]:
+    env = dict(base)
+    # A private datasets cache: the local task files are re-read every run, never a stale copy.
+    env["HF_DATASETS_CACHE"] = str(scratch / "hf-datasets")
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+        env["HF_DATASETS_OFFLINE"] = "1"
+    return env
+
+
+def run_worker(command: list[str], env: Mapping[str, str], log_path: Path,
+               check: Callable[[], None]) -> int:
+    """Run lm-eval's worker in its own process group, its output appended to `log_path`.
+
+    `check` is polled while it runs (the server's liveness); whatever it raises stops the worker,
+    as does Ctrl-C; the whole group is always gone on return.
+    """
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, env=dict(env),
+                                   start_new_session=True)
+    try:
+        while process.poll() is None:
+            check()
+            time.sleep(POLL_SECONDS)
+        return process.returncode
+    finally:
+        _stop_group(process)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=wait)
+            try:
+                os.killpg(process.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+
+
+WorkerRunner = Callable[[list[str], Mapping[str, str], Path, Callable[[], None]], int]
+
+
+class LmEvalSuite:
+    """Runs configs into a store. Every side effect is a constructor argument a test can swap."""
+
+    def __init__(
+        self,
+        settings: SuiteSettings,
+        progress: Progress | None = None,
+        *,
+        launch: Launcher = server.launch,
+        worker: WorkerRunner = run_worker,
+        capture_environment: Callable[[], dict[str, Any]] = environment.capture,
+        clock: Callable[[], float] = time.monotonic,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.progress = progress or Progress()
+        self.launch = launch
+        self.worker = worker
+        self.capture_environment = capture_environment
+        self.clock = clock
+        self.base_env = base_env
+
+    def run(self, config: LmEvalConfig) -> tuple[LmEvalRecord, Path]:
+        env = self.capture_environment()
+        run_id = new_run_id()
+        store = self.settings.results
+        store.mkdir(parents=True, exist_ok=True)
+        stem = record_filename(RecordKind.LM_EVAL, config.name, env.get("humming_kernels"),
+                               run_id).removesuffix(".json")
+        worker_log = store / f"{stem}.lm-eval.log"
+        limit = effective_limit(config, self.settings.limit)
+        spec = config.server_spec(self.settings.tp_size)
+        server_info: dict[str, Any] = {"model": spec.model, "args": list(spec.args),
+                                       "env": redact(spec.env)}
+        started = self.clock()
+        with tempfile.TemporaryDirectory(prefix="humming-lm-eval-") as tmp:
+            scratch = Path(tmp)
+            tasks = write_task_dir(scratch / "tasks", [t.name for t in config.tasks])
+            if self.settings.endpoint:
+                server_info.update(endpoint=self.settings.endpoint, launched=False)
+                self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
+                output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
+                                        scratch, worker_log, lambda: None)
+            else:
+                log_path = store / f"{stem}.server.log"
+                server_info.update(launched=True, log=log_path.name)
+                self.progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
+                                    f"(log: {log_path})")
+                with self.launch(spec, log_path) as running:
+                    server_info.update(command=list(running.command), endpoint=running.url)
+                    self.progress.stage(f"{config.name}: server ready; running lm-eval "
+                                        f"(log: {worker_log})")
+                    output = self._evaluate(config, running.url, limit, tasks.offline, scratch,
+                                            worker_log, running.check)
+                self.progress.stage(f"{config.name}: server stopped")
+            output_path = scratch / "output.json"
+            samples = samples_from_output(output, output_path)
+            checks = checks_from_output(config, output, samples, output_path)
+        record = LmEvalRecord(
+            run_id=run_id,
+            created=utc_now_iso(),
+            complete=True,
+            config=ConfigInfo(config.name, str(config.path), config.sha256, dict(config.fields)),
+            environment=env,
+            server=server_info,
+            lm_eval={
+                "version": output.get("lm_eval_version"),
+                "model": "local-completions",
+                "model_args": model_args(config, str(server_info.get("endpoint", ""))),
+                "tasks": [t.name for t in config.tasks],
+                "local_tasks": list(tasks.local),
+                "num_fewshot": config.num_fewshot,
+                "limit": limit,
+                "gen_kwargs": config.gen_kwargs,
+                "fewshot_as_multiturn": config.fewshot_as_multiturn,
+                "n_samples": output.get("n-samples", {}),
+                "log": worker_log.name,
+            },
+            checks=checks,
+            samples=samples,
+            duration=self.clock() - started,
+        )
+        path = write_lm_eval_record(store, record)
+        for check in record.checks:
+            print(check.line(), flush=True)
+        verdict = "PASS" if record.passed else "FAIL"
+        print(f"{verdict} {config.name} -> {path}", flush=True)
+        return record, path
+
+    def _evaluate(self, config: LmEvalConfig, url: str, limit: int | float | None,
+                  offline: bool, scratch: Path, log_path: Path,
+                  check: Callable[[], None]) -> dict[str, Any]:
+        request = {
+            "model_args": model_args(config, url),
+            "tasks": [t.name for t in config.tasks],
+            "num_fewshot": config.num_fewshot,
+            "limit": limit,
+            "gen_kwargs": config.gen_kwargs,
+            "fewshot_as_multiturn": config.fewshot_as_multiturn,
+            "include_path": str(scratch / "tasks"),
+            # Indexing lm-eval's thousands of built-in tasks costs seconds; skip it when every
+            # task is served from a local file.
+            "include_defaults": not offline,
+        }
+        request_path, output_path = scratch / "request.json", scratch / "output.json"
+        request_path.write_text(json.dumps(request), encoding="utf-8")
+        command = [self.settings.python, "-m", WORKER_MODULE, str(request_path), str(output_path)]
+        base = os.environ if self.base_env is None else self.base_env
+        env = worker_environment(base, scratch, offline)
+        code = self.worker(command, env, log_path, check)
+        if code == EXIT_UNKNOWN_TASK:
+            raise ConfigError(config.path, "tasks", log_tail(log_path, 1) or "unknown task")
+        if code != 0 or not output_path.is_file():
+            raise InfrastructureError(
+                f"{config.name}: lm-eval exited with code {code} (log: {log_path}); last lines: "
+                + " | ".join(log_tail(log_path, 3).splitlines())
+            )
+        data = json.loads(output_path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise InfrastructureError(f"{config.name}: lm-eval wrote no results ({output_path})")
+        return data

@@ -1,0 +1,41 @@
+"""vLLM's `tests/evals/gsm8k/test_gsm8k_correctness.py`, run by this package's runner.
+
+One test per config of `--config-list-file`; each runs the config as `humming-matrix run` does
+(launch `vllm serve`, ask, score, write the record) and asserts vLLM's gate,
+`accuracy >= accuracy_threshold - tolerance`, with the numbers in the failure message.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from humming_matrix.cli.run import run_config
+from humming_matrix.config import EvalConfig
+from humming_matrix.errors import HummingMatrixError, InfrastructureError
+from humming_matrix.progress import Progress
+from humming_matrix.pytest_plugin import SuiteOptions
+
+
+def test_gsm8k_correctness_param(gsm8k_config: EvalConfig, suite_options: SuiteOptions) -> None:
+    args = argparse.Namespace(results=suite_options.results, endpoint=suite_options.endpoint,
+                              limit=suite_options.limit, resume=False, retries=3, max_errors=0)
+    try:
+        record = run_config(gsm8k_config, args, Progress())
+    except InfrastructureError as exc:
+        tail = getattr(exc, "log_tail", "")
+        pytest.fail(f"infrastructure failure, not a verdict: {exc}"
+                    + (f"\n--- server log (tail) ---\n{tail}" if tail else ""), pytrace=False)
+    except HummingMatrixError as exc:  # bad data or config met at run time: no traceback
+        pytest.fail(f"humming-matrix: {exc}", pytrace=False)
+    m = record.metrics
+    gate = m.threshold - m.tolerance
+    print(f"{gsm8k_config.name}: accuracy={m.accuracy:.4f} | threshold={m.threshold:g} | "
+          f"tolerance={m.tolerance:g} | invalid_rate={m.invalid_rate:.4f} | "
+          f"questions={m.num_questions}")
+    assert m.passed, (
+        f"{gsm8k_config.name}: accuracy {m.accuracy:.4f} < {m.threshold:g} - {m.tolerance:g} = "
+        f"{gate:.4f} (invalid {m.invalid_rate:.4f}, errors {m.error_count}, "
+        f"{m.num_questions} questions, run {record.run_id})"
+    )

@@ -1,0 +1,36 @@
+"""vLLM's `.buildkite/lm-eval-harness/test_lm_eval_correctness.py`, run against `vllm serve`.
+
+One test per config of `--config-list-file`; each runs the config as `humming-matrix lm-eval`
+does and asserts vLLM's rule for every metric, `measured >= value * (1 - rtol)`, printing every
+metric's numbers first (vLLM prints them all before its single assert, so do we).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from humming_matrix.errors import HummingMatrixError, InfrastructureError
+from humming_matrix.lmeval.config import LmEvalConfig
+from humming_matrix.lmeval.record import Verdict
+from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
+from humming_matrix.progress import Progress
+from humming_matrix.pytest_plugin import SuiteOptions
+
+
+def test_lm_eval_correctness_param(lm_eval_config: LmEvalConfig,
+                                   suite_options: SuiteOptions) -> None:
+    suite = LmEvalSuite(SuiteSettings(results=suite_options.results,
+                                      endpoint=suite_options.endpoint,
+                                      limit=suite_options.limit, tp_size=suite_options.tp_size),
+                        Progress())
+    try:
+        record, path = suite.run(lm_eval_config)
+    except InfrastructureError as exc:
+        tail = getattr(exc, "log_tail", "")
+        pytest.fail(f"infrastructure failure, not a verdict: {exc}"
+                    + (f"\n--- server log (tail) ---\n{tail}" if tail else ""), pytrace=False)
+    except HummingMatrixError as exc:  # bad data or config met at run time: no traceback
+        pytest.fail(f"humming-matrix: {exc}", pytrace=False)
+    failed = [c for c in record.checks if c.verdict is not Verdict.PASSED]
+    assert not failed, f"{lm_eval_config.name} ({path.name}):\n" + "\n".join(
+        c.line() for c in failed)

@@ -1,0 +1,153 @@
+"""lm-eval configs end to end: the real launcher starts the stand-in `vllm` (in its lm-eval mode),
+the real lm-eval (`local-completions`, offline local GSM8K task) asks it, and the record's
+per-sample outcomes must agree with lm-eval's own reported metrics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from humming_matrix.compare import Settings, decide
+from humming_matrix.compare import Verdict as CompareVerdict
+from humming_matrix.lmeval.record import (
+    LmEvalRecord,
+    Verdict,
+    iter_lm_eval_records,
+    paired_table,
+)
+from humming_matrix.stats import regression_midp
+
+from .runner_harness import alive, cli
+
+if importlib.util.find_spec("lm_eval") is None:
+    if os.environ.get("CI"):
+        pytest.fail("lm-eval is missing; CI installs it with the `test` extra", pytrace=False)
+    pytest.skip("lm-eval is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+pytestmark = pytest.mark.usefixtures("vllm_double")
+
+CONFIG = """\
+# The shape of vLLM's .buildkite/lm-eval-harness/configs/*.yaml
+model_name: "org/Model-FP8"
+tasks:
+- name: "gsm8k"
+  metrics:
+  - name: "exact_match,strict-match"
+    value: {strict}
+  - name: "exact_match,flexible-extract"
+    value: {flexible}
+limit: 20
+num_fewshot: 5
+startup_max_wait_seconds: 60
+"""
+STRICT, FLEXIBLE = "exact_match,strict-match", "exact_match,flexible-extract"
+
+
+def write_config(directory: Path, name: str = "Model-FP8", *, strict: float = 0.8,
+                 flexible: float = 0.8) -> Path:
+    path = directory / f"{name}.yaml"
+    path.write_text(CONFIG.format(strict=strict, flexible=flexible), encoding="utf-8")
+    return path
+
+
+def only_record(store: Path) -> LmEvalRecord:
+    [(_, record)] = iter_lm_eval_records(store)
+    return record
+
+
+def policy(**keys: object) -> dict[str, str]:
+    return {"HUMMING_DOUBLE_POLICY": json.dumps({"lm_eval": True, **keys})}
+
+
+def test_lm_eval_runs_against_the_server_and_the_record_agrees_with_it(tmp_path: Path) -> None:
+    asked, state = tmp_path / "asked.jsonl", tmp_path / "double.json"
+    config = write_config(tmp_path, strict=0.9, flexible=0.99)
+    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store",
+               env=policy(wrong=[1], no_marker=[2], invalid=[3], lm_eval_log=str(asked),
+                          record=str(state)))
+
+    # strict: 17/20 = 0.85 >= 0.9 * 0.92; flexible: 18/20 = 0.90 < 0.99 * 0.92 = 0.9108.
+    assert done.returncode == 1, done.stderr
+    assert (f"gsm8k | {STRICT}: ground_truth=0.9000 | measured=0.8500 | rtol=0.08 | "
+            "threshold=0.8280 | n=20 -> PASSED") in done.stdout
+    assert (f"gsm8k | {FLEXIBLE}: ground_truth=0.9900 | measured=0.9000 | rtol=0.08 | "
+            "threshold=0.9108 | n=20 -> FAILED") in done.stdout
+    record = only_record(tmp_path / "store")
+    assert record.complete
+    assert not record.passed
+    strict, flexible = record.checks
+    assert (strict.verdict, flexible.verdict) == (Verdict.PASSED, Verdict.FAILED)
+
+    # Every document's outcome under each filter, as the double was told to answer...
+    strict_outcomes = record.outcomes("gsm8k", STRICT)
+    flexible_outcomes = record.outcomes("gsm8k", FLEXIBLE)
+    assert strict_outcomes == {i: i not in {1, 2, 3} for i in range(20)}
+    assert flexible_outcomes == {i: i not in {1, 3} for i in range(20)}
+    # ...and lm-eval's own reported metric is the mean of those outcomes.
+    assert strict.measured == sum(strict_outcomes.values()) / 20 == strict.per_sample == 0.85
+    assert flexible.measured == sum(flexible_outcomes.values()) / 20 == flexible.per_sample
+    by_key = {(s.filter, s.doc_id): s for s in record.samples}
+    assert by_key["strict-match", 0].prediction == "18"  # GSM8K test question 0: 18
+    assert by_key["strict-match", 1].prediction == "4"  # label 3, answered 3 + 1
+    assert by_key["strict-match", 2].prediction == "[invalid]"  # no `####`
+    assert by_key["flexible-extract", 2].prediction == "$70,000."
+    assert by_key["strict-match", 0].output == " Step by step, 2 + 2 = 4.\n#### 18"
+
+    # What lm-eval asked: its gsm8k task's generation settings and 5 sampled shots.
+    requests = [json.loads(line) for line in asked.read_text().splitlines()]
+    assert sorted(r["index"] for r in requests) == list(range(20))
+    assert {(r["model"], r["max_tokens"], r["temperature"], tuple(r["stop"]), r["seed"],
+             r["shots"]) for r in requests} == {
+        ("org/Model-FP8", 256, 0.0, ("Question:", "</s>", "<|im_end|>"), 1234, 5)}
+    assert record.lm_eval["local_tasks"] == ["gsm8k"]
+    assert str(record.lm_eval["version"]).startswith("0.4.")
+
+    seen = json.loads(state.read_text())
+    port = seen["argv"][seen["argv"].index("--port") + 1]
+    assert seen["argv"] == ["serve", "org/Model-FP8", "--tensor-parallel-size", "1",
+                            "--max-model-len", "4096", "--enforce-eager", "--trust-remote-code",
+                            "--disable-uvicorn-access-log", "--port", port, "--seed", "0"]
+    assert not alive(seen["pid"])
+
+
+def test_pytest_entry_and_paired_judging_of_two_lm_eval_runs(tmp_path: Path) -> None:
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    write_config(configs, strict=0.99, flexible=0.5)
+    (configs / "models-small.txt").write_text("Model-FP8.yaml\n")
+
+    baseline = cli("lm-eval", "--config-list", configs / "models-small.txt", "--results",
+                   tmp_path / "baseline", env=policy(wrong=[1]))
+    assert baseline.returncode == 0, baseline.stderr  # 19/20 = 0.95 >= 0.99 * 0.92
+
+    candidate = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "humming_matrix.pytest_plugin",
+         "-p", "no:cacheprovider", "--pyargs", "humming_matrix.vllm_ci.lm_eval_correctness",
+         "--config-list-file=configs/models-small.txt", "--results-dir=candidate",
+         "--junitxml=junit.xml", "-v"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, **policy(wrong=[1, 5, 6, 7, 8, 9, 10])},
+    )
+    assert candidate.returncode == 1, candidate.stdout + candidate.stderr
+    [case] = ET.parse(tmp_path / "junit.xml").getroot().findall(".//testcase")
+    assert (case.get("classname"), case.get("name")) == (
+        "humming_matrix.vllm_ci.lm_eval_correctness", "test_lm_eval_correctness_param[Model-FP8]")
+    failure = case.find("failure")
+    assert failure is not None
+    assert (f"gsm8k | {STRICT}: ground_truth=0.9900 | measured=0.6500 | rtol=0.08 | "
+            "threshold=0.9108 | n=20 -> FAILED") in failure.get("message", "")
+    assert FLEXIBLE not in failure.get("message", "")  # 0.65 >= 0.5 * 0.92 passed
+
+    base, cand = only_record(tmp_path / "baseline"), only_record(tmp_path / "candidate")
+    table = paired_table(base, cand, "gsm8k", STRICT)
+    assert (table.both_right, table.right_to_wrong, table.wrong_to_right, table.both_wrong) == (
+        13, 6, 0, 1)
+    assert regression_midp(table) == 1 / 128
+    assert decide(table, Settings()) is CompareVerdict.REGRESSION
