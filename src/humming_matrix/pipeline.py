@@ -2,9 +2,10 @@
 
 CI is the distributed engine; this module only decides the jobs. `buildkite.py` and
 `github_actions.py` render them in each service's format. One job per cell: it runs the cell's
-nox session with the selected configs and writes records under `<results>/<session>/`; record
-file names are unique per run and host (`results.py`), so the artifacts of all jobs merge into one
-folder by plain copying and `humming-matrix report` reads that folder like one machine's store.
+nox session with the selected configs (through `ci_job`, so the job exits with the cell's own
+status) and writes records under `<results>/<session>/`; record file names are unique per run
+and host (`results.py`), so the artifacts of all jobs merge into one folder by plain copying and
+`humming-matrix report` reads that folder like one machine's store.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from humming_matrix.matrix import Cell, Matrix
 
 DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
 DEFAULT_RESULTS = "results/ci"
-DEFAULT_COMMAND = "nox -s {session} -- {run_args}"
+# ci_job, not plain nox: nox exits 1 for every failure, and CI must see 3 to retry.
+DEFAULT_COMMAND = "PYTHONPATH=src python3 -m humming_matrix.ci_job {session} -- {run_args}"
 # A job's exit status that means "the machine failed us" (DESIGN.md): the only one retried.
 INFRASTRUCTURE_EXIT = 3
 

@@ -130,7 +130,8 @@ def test_real_matrix_buildkite_pipeline(capsys: pytest.CaptureFixture[str]) -> N
         assert step == {
             "label": f"{session} (1 GPU)",
             "key": step_key(session),
-            "command": f"nox -s {session} -- --config-list configs/gsm8k/humming/config.txt"
+            "command": f"PYTHONPATH=src python3 -m humming_matrix.ci_job {session} --"
+                       " --config-list configs/gsm8k/humming/config.txt"
                        f" --results results/ci/{session}",
             "agents": {"queue": "gpu_1_queue"},
             "timeout_in_minutes": 240,
@@ -294,8 +295,8 @@ def test_github_matrix_entries(test_repo: Path, capsys: pytest.CaptureFixture[st
             "session": "humming-0.1.6", "key": "humming-0_1_6", "humming": "0.1.6",
             "vllm": "0.24.0", "torch": "", "variant": "cu128", "gpus": 2,
             "runs_on": "gpu-2x", "optional": False, "retries": 1,
-            "command": "nox -s humming-0.1.6 -- --config-list configs/both.txt"
-                       " --results results/ci/humming-0.1.6",
+            "command": "PYTHONPATH=src python3 -m humming_matrix.ci_job humming-0.1.6 --"
+                       " --config-list configs/both.txt --results results/ci/humming-0.1.6",
             "results": "results/ci/humming-0.1.6",
             "artifact": "humming-records-humming-0_1_6",
         },
@@ -303,8 +304,8 @@ def test_github_matrix_entries(test_repo: Path, capsys: pytest.CaptureFixture[st
             "session": "humming-0.1.6-cu130", "key": "humming-0_1_6-cu130",
             "humming": "0.1.6", "vllm": "0.24.0", "torch": "", "variant": "cu130", "gpus": 2,
             "runs_on": "gpu-2x", "optional": False, "retries": 1,
-            "command": "nox -s humming-0.1.6-cu130 -- --config-list configs/both.txt"
-                       " --results results/ci/humming-0.1.6-cu130",
+            "command": "PYTHONPATH=src python3 -m humming_matrix.ci_job humming-0.1.6-cu130 --"
+                       " --config-list configs/both.txt --results results/ci/humming-0.1.6-cu130",
             "results": "results/ci/humming-0.1.6-cu130",
             "artifact": "humming-records-humming-0_1_6-cu130",
         },
@@ -312,8 +313,8 @@ def test_github_matrix_entries(test_repo: Path, capsys: pytest.CaptureFixture[st
             "session": "humming-0.1.19", "key": "humming-0_1_19", "humming": "0.1.19",
             "vllm": "", "torch": "", "variant": "cu130", "gpus": 0,
             "runs_on": "cpu-small", "optional": True, "retries": 1,
-            "command": "nox -s humming-0.1.19 -- --config-list configs/both.txt"
-                       " --results results/ci/humming-0.1.19",
+            "command": "PYTHONPATH=src python3 -m humming_matrix.ci_job humming-0.1.19 --"
+                       " --config-list configs/both.txt --results results/ci/humming-0.1.19",
             "results": "results/ci/humming-0.1.19",
             "artifact": "humming-records-humming-0_1_19",
         },
