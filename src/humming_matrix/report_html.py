@@ -31,8 +31,10 @@ COLORS = {
 CSS = """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; } h3 { font-size: 15px; }
-table { border-collapse: collapse; margin: 8px 0; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top;
+         white-space: nowrap; }
+td.verdict { white-space: normal; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdecea; }
@@ -44,7 +46,8 @@ code { font-size: 12px; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
 """
 
-WIDTH, HEIGHT = 520, 300
+MIN_WIDTH, HEIGHT = 520, 300
+SLOT = 30  # horizontal pixels per version, so labels never overlap
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 64
 
 
@@ -90,7 +93,8 @@ def svg_plot(
     lo, hi = min(values), max(values)
     pad = max((hi - lo) * 0.08, 0.5)
     lo, hi = lo - pad, hi + pad
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    width = max(MIN_WIDTH, LEFT + RIGHT + SLOT * len(marks))
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def y(v: float) -> float:
         return TOP + (hi - v) / (hi - lo) * plot_h
@@ -99,8 +103,8 @@ def svg_plot(
         return LEFT + (i + 0.5) * plot_w / max(1, len(marks))
 
     out = [
-        f'<svg class="plot {e(kind)}" data-config="{e(config)}" width="{WIDTH}" '
-        f'height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'<svg class="plot {e(kind)}" data-config="{e(config)}" width="{width}" '
+        f'height="{HEIGHT}" viewBox="0 0 {width} {HEIGHT}" role="img" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{e(title)}</title>',
         f'<text x="{LEFT}" y="16" style="font-weight:600">{e(title)}</text>',
         f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" '
@@ -141,7 +145,7 @@ def svg_plot(
             f'fill="{m.color}"/></g>'
         )
         out.append(
-            f'<text transform="translate({cx:.1f} {TOP + plot_h + 12}) rotate(35)">'
+            f'<text transform="translate({cx:.1f} {TOP + plot_h + 12}) rotate(55)">'
             f"{e(m.label)}</text>"
         )
     out.append("</svg>")
@@ -255,13 +259,18 @@ def _main_table(report: StoreReport) -> str:
         out.append(
             f'<tr class="{cls}">'
             + "".join(
-                f'<td class="num">{v}</td>' if 3 <= i <= 8 else f"<td>{v}</td>"
-                for i, v in enumerate(cells)
+                f'<td class="{_column_class(i, len(cells))}">{v}</td>' for i, v in enumerate(cells)
             )
             + "</tr>"
         )
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _column_class(index: int, count: int) -> str:
+    if index == count - 1:
+        return "verdict"
+    return "num" if 3 <= index <= 8 else "text"
 
 
 def _comparison_cells(c: ConfigComparison) -> list[str]:
