@@ -144,6 +144,10 @@ def build_report(
     if not store.is_dir():
         raise RecordError(store, None, "not a directory")
     records = load_records(store)
+    if not records:
+        # Most likely a wrong path or a CI step that produced nothing: say so, do not show an
+        # empty, green report.
+        raise RecordError(store, None, "holds no GSM8K record")
     groups: dict[tuple[Cell, str], list[LoadedRecord]] = defaultdict(list)
     for loaded in records:
         groups[(loaded.cell, loaded.record.config.name)].append(loaded)
