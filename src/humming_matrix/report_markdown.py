@@ -127,9 +127,10 @@ def comparison_markdown(comparison: Comparison) -> str:
     lines = [
         "## humming-matrix compare",
         "",
-        f"**{'FAIL' if failed else 'PASS'}**: {failed} of {len(comparison.configs)} configs fail "
-        f"the gate (regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
-        f"{100 * s.min_effect:g} points; or below the config's absolute threshold).",
+        f"**{'FAIL' if failed else 'PASS'}**: the gate fails for {failed} of "
+        f"{plural(len(comparison.configs), 'config')} (regression: one-sided "
+        f"McNemar mid-p < {s.alpha:g} and a drop of at least {plural(100 * s.min_effect, 'point')}"
+        "; or below the config's absolute threshold).",
         "",
         *table(
             [

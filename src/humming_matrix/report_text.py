@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from humming_matrix.compare import FLIPS_SHOWN, Comparison, ConfigComparison, points
+from humming_matrix.report_markdown import plural
 
 
 def _block(c: ConfigComparison) -> list[str]:
@@ -59,8 +60,8 @@ def comparison_text(comparison: Comparison) -> str:
         lines += [*_block(c), ""]
     failed = sum(c.gate_failed for c in comparison.configs)
     lines.append(
-        f"{failed} of {len(comparison.configs)} configs fail the gate"
+        f"gate failed for {failed} of {plural(len(comparison.configs), 'config')}"
         if failed
-        else f"no regression in {len(comparison.configs)} configs"
+        else f"no regression in {plural(len(comparison.configs), 'config')}"
     )
     return "\n".join(lines) + "\n"

@@ -317,6 +317,7 @@ def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert "cfg: REGRESSION  [GATE FAILED]" in text
     assert "b=6 right->wrong, c=0 wrong->right" in text
+    assert text.endswith("\ngate failed for 1 of 1 config\n")
     data = json.loads(out.read_text())
     [entry] = data["configs"]
     assert (entry["b"], entry["c"], entry["verdict"]) == (6, 0, "regression")
@@ -331,9 +332,12 @@ def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert entry["midp_regression"] == 0.5**7
     assert data["gate_failed"] is True
     assert "| cfg | 100.00 [98.12, 100.00] | 97.00 [93.61, 98.62] |" in md.read_text()
+    assert "**FAIL**: the gate fails for 1 of 1 config (regression: " in md.read_text()
     # With a larger minimum effect, the same data no longer fails.
     assert main(["compare", str(base), str(cand), "--min-effect", "0.05"]) == 0
-    assert "cfg: NO CHANGE" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "cfg: NO CHANGE" in text
+    assert text.endswith("\nno regression in 1 config\n")
 
 
 def test_cli_bad_input_is_one_line_exit_2(
