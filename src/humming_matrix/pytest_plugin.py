@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from humming_matrix.config import load_configs
-from humming_matrix.errors import ConfigError, HummingMatrixError
+from humming_matrix.errors import ConfigError, HummingMatrixError, InfrastructureError
 from humming_matrix.lmeval.config import load_lm_eval_configs
 
 GSM8K_FIXTURE = "gsm8k_config"
@@ -52,6 +52,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="use a server that is already up instead of launching `vllm serve`")
     group.addoption("--tp-size", action="store", type=int, default=1, metavar="N",
                     help="tensor parallel size for lm-eval configs, as vLLM's harness takes it")
+
+
+def failure_message(exc: HummingMatrixError) -> str:
+    """A config that could not be judged says why, apart from a config that failed its gate."""
+    if isinstance(exc, InfrastructureError):
+        tail = getattr(exc, "log_tail", "")
+        return (f"infrastructure failure, not a verdict: {exc}"
+                + (f"\n--- server log (tail) ---\n{tail}" if tail else ""))
+    return f"humming-matrix: {exc}"
 
 
 def resolve_list_file(option: str, test_dir: Path, cwd: Path) -> Path:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -151,3 +153,62 @@ def test_pytest_entry_and_paired_judging_of_two_lm_eval_runs(tmp_path: Path) -> 
         13, 6, 0, 1)
     assert regression_midp(table) == 1 / 128
     assert decide(table, Settings()) is CompareVerdict.REGRESSION
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_server_that_dies_mid_run_is_an_infrastructure_failure_leaving_no_process(
+        tmp_path: Path) -> None:
+    state, scratch = tmp_path / "double.json", tmp_path / "tmp"
+    scratch.mkdir()
+    config = write_config(tmp_path)
+    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store",
+               env={**policy(die_at=5, spawn_child=True, record=str(state)),
+                    "TMPDIR": str(scratch)})
+
+    assert done.returncode == 3, done.stderr
+    assert "humming-matrix: error: vllm serve exited with code 1 while serving" in done.stderr
+    assert iter_lm_eval_records(tmp_path / "store") == []
+    logs = sorted(p.name.rsplit(".", 2)[-2] for p in (tmp_path / "store").iterdir())
+    assert logs == ["lm-eval", "server"]  # both logs kept, named like the missing record
+    seen = json.loads(state.read_text())
+    assert not alive(seen["pid"])
+    assert not alive(seen["child_pid"])
+    assert processes_mentioning(str(scratch)) == []  # the lm-eval worker is gone too
+
+
+def test_sigterm_tears_down_the_server_and_the_worker(tmp_path: Path) -> None:
+    state, scratch = tmp_path / "double.json", tmp_path / "tmp"
+    scratch.mkdir()
+    config = write_config(tmp_path)
+    env = {**os.environ, **policy(delay=30, record=str(state)), "TMPDIR": str(scratch)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "humming_matrix", "lm-eval", "--config", str(config),
+         "--results", str(tmp_path / "store")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not processes_mentioning(str(scratch)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [worker] = processes_mentioning(str(scratch))
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "humming-matrix: interrupted" in err
+    assert not alive(json.loads(state.read_text())["pid"])
+    assert not alive(worker)

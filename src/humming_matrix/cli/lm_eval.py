@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from humming_matrix.cli.run import _terminate_unwinds
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
 from humming_matrix.lmeval.config import load_lm_eval_configs
 from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
@@ -51,16 +52,18 @@ def main(args: argparse.Namespace) -> int:
     suite = LmEvalSuite(SuiteSettings(results=args.results, endpoint=args.endpoint,
                                       limit=args.limit, tp_size=args.tp_size))
     code = ExitCode.OK
-    for config in configs:
-        try:
-            record, _ = suite.run(config)
-        except InfrastructureError as exc:
-            print(f"humming-matrix: error: {exc}", file=sys.stderr)
-            tail = getattr(exc, "log_tail", "")
-            if tail:
-                print(f"--- server log (tail) ---\n{tail}", file=sys.stderr)
-            code = ExitCode.INFRASTRUCTURE
-            continue
-        if not record.passed and code == ExitCode.OK:
-            code = ExitCode.FAILED
+    # SIGTERM (CI cancelling the job) unwinds like Ctrl-C: server and worker are torn down.
+    with _terminate_unwinds():
+        for config in configs:
+            try:
+                record, _ = suite.run(config)
+            except InfrastructureError as exc:
+                print(f"humming-matrix: error: {exc}", file=sys.stderr)
+                tail = getattr(exc, "log_tail", "")
+                if tail:
+                    print(f"--- server log (tail) ---\n{tail}", file=sys.stderr)
+                code = ExitCode.INFRASTRUCTURE
+                continue
+            if not record.passed and code == ExitCode.OK:
+                code = ExitCode.FAILED
     return int(code)

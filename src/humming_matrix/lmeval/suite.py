@@ -41,7 +41,7 @@ from humming_matrix.results import (
     redact,
     utc_now_iso,
 )
-from humming_matrix.server import log_tail
+from humming_matrix.server import _die_with_parent, log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
 POLL_SECONDS = 0.2
@@ -103,9 +103,10 @@ def run_worker(command: list[str], env: Mapping[str, str], log_path: Path,
     as does Ctrl-C; the whole group is always gone on return.
     """
     with log_path.open("ab") as log:
+        # Its own group, so stopping it reaches whatever lm-eval spawns; and it dies with us.
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, env=dict(env),
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=_die_with_parent)
     try:
         while process.poll() is None:
             check()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from humming_matrix.errors import HummingMatrixError, InfrastructureError
+from humming_matrix.errors import HummingMatrixError
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.lmeval.record import Verdict
 from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
 from humming_matrix.progress import Progress
-from humming_matrix.pytest_plugin import SuiteOptions
+from humming_matrix.pytest_plugin import SuiteOptions, failure_message
 
 
 def test_lm_eval_correctness_param(lm_eval_config: LmEvalConfig,
@@ -23,14 +23,13 @@ def test_lm_eval_correctness_param(lm_eval_config: LmEvalConfig,
                                       endpoint=suite_options.endpoint,
                                       limit=suite_options.limit, tp_size=suite_options.tp_size),
                         Progress())
+    problem = None
     try:
         record, path = suite.run(lm_eval_config)
-    except InfrastructureError as exc:
-        tail = getattr(exc, "log_tail", "")
-        pytest.fail(f"infrastructure failure, not a verdict: {exc}"
-                    + (f"\n--- server log (tail) ---\n{tail}" if tail else ""), pytrace=False)
-    except HummingMatrixError as exc:  # bad data or config met at run time: no traceback
-        pytest.fail(f"humming-matrix: {exc}", pytrace=False)
+    except HummingMatrixError as exc:
+        problem = failure_message(exc)
+    if problem is not None:  # outside the handler: no chained traceback in the JUnit text
+        pytest.fail(problem, pytrace=False)
     failed = [c for c in record.checks if c.verdict is not Verdict.PASSED]
     assert not failed, f"{lm_eval_config.name} ({path.name}):\n" + "\n".join(
         c.line() for c in failed)
