@@ -172,20 +172,26 @@ def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:
 
 
 def _reason_from(tail: str) -> str:
-    """The line of nox's output most likely to say what went wrong."""
+    """What went wrong, from nox's output: the session's own error line (`humming-matrix:
+    error: ...`) and the last other error (an installer's, with uv's `cause:` line)."""
     lines = [
         line.strip()
         for line in tail.splitlines()
         # nox's own summary says only that the session failed, never why.
         if line.strip() and not re.match(r"nox > (Session .* (failed|was successful)|Ran )", line)
     ]
-    for marker in ("humming-matrix: error:", "error:", "No solution found", "failed with exit"):
+    ours = next((line for line in reversed(lines) if "humming-matrix: error:" in line), "")
+    other = ""
+    for marker in ("error:", "No solution found", "failed with exit"):
         for i in range(len(lines) - 1, -1, -1):
-            if marker in lines[i]:
-                # uv puts the why on the next line ("cause: Because there is no version ...").
+            if marker in lines[i] and "humming-matrix: error:" not in lines[i]:
                 after = lines[i + 1] if i + 1 < len(lines) else ""
-                return f"{lines[i]}: {after}" if after.startswith("cause:") else lines[i]
-    return lines[-1] if lines else "no output"
+                other = f"{lines[i]}: {after}" if after.startswith("cause:") else lines[i]
+                break
+        if other:
+            break
+    found = [part for part in (ours.split("humming-matrix: error: ", 1)[-1], other) if part]
+    return " | ".join(found) or (lines[-1] if lines else "no output")
 
 
 class Prober:

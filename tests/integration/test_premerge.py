@@ -118,8 +118,9 @@ def test_uninstallable_pin_is_an_infrastructure_failure(ws: Workspace) -> None:
     assert last.startswith(
         "premerge: infrastructure failure: the new pin humming-kernels==0.1.4.post1 could not be "
         "tested: nox session humming-0.1.4.post1 exited 1 without a complete record of every "
-        "config: error: No solution found when resolving dependencies"
+        "config: "
     )
+    assert "| error: No solution found when resolving dependencies: cause: " in last
 
 
 def test_change_the_matrix_cannot_vary_is_not_a_pass(ws: Workspace) -> None:
