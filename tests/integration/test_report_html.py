@@ -56,7 +56,9 @@ return {
 """
 
 
-def browser_binaries() -> tuple[str, str]:
+@pytest.fixture(scope="module")
+def browser() -> tuple[str, str]:
+    """(chromium, chromedriver), looked up before any run is spent on the page."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if chromium and driver:
@@ -136,8 +138,10 @@ def inside(inner: list[float], outer: list[float]) -> bool:
     return ox <= x and oy <= y and x + w <= ox + ow and y + h <= oy + oh
 
 
-def test_report_renders_in_chromium(html_page: Path, tmp_path: Path) -> None:
-    chromium, driver = browser_binaries()
+def test_report_renders_in_chromium(
+    browser: tuple[str, str], html_page: Path, tmp_path: Path
+) -> None:
+    chromium, driver = browser
     screenshot = tmp_path / "report.png"
     with webdriver_session(chromium, driver, tmp_path / "profile") as (http, session):
         call(http, f"{session}/url", {"url": html_page.as_uri()})
