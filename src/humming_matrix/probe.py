@@ -15,8 +15,10 @@ as the reason, and never counts as bad.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +33,7 @@ from typing import IO, Protocol
 
 from humming_matrix import environment
 from humming_matrix.config import EvalConfig
-from humming_matrix.errors import RecordError
+from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
 from humming_matrix.results import Gsm8kRecord, RecordKind, load_gsm8k_record, record_paths
 from humming_matrix.slots import DEVICES_ENV, SLOT_DIR_ENV, SlotPool
@@ -95,7 +97,7 @@ class NoxRunner:
     noxfile: Path
     timeout: float = DEFAULT_PROBE_TIMEOUT_S
     envdir: Path | None = None  # nox's --envdir (default: .nox beside the noxfile)
-    nox: tuple[str, ...] = (sys.executable, "-m", "nox")
+    nox: tuple[str, ...] = field(default_factory=lambda: default_nox_command())
     grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping the session
 
     def __call__(
@@ -113,6 +115,17 @@ class NoxRunner:
                 return process.wait(timeout=self.timeout)
             except subprocess.TimeoutExpired:
                 raise ProbeTimeoutError(f"{session} ran past {self.timeout:g} s") from None
+
+
+def default_nox_command() -> tuple[str, ...]:
+    """This interpreter's nox, else the first `nox` on PATH: inside the `bisect` nox session
+    the session's venv has no nox, but the nox that started it is on PATH."""
+    if importlib.util.find_spec("nox") is not None:
+        return (sys.executable, "-m", "nox")
+    found = shutil.which("nox")
+    if found is None:
+        raise UsageError("nox is not installed here (pip install nox)")
+    return (found,)
 
 
 @contextlib.contextmanager

@@ -5,12 +5,14 @@ a listed version that cannot be installed, store reuse and log resume."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from humming_matrix.results import iter_gsm8k_records
-from tests.integration.bisect_workspace import Workspace, make_workspace
+from tests.integration.bisect_workspace import REPO, Workspace, make_workspace
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +136,20 @@ def test_matrix_without_a_pairing_is_refused_before_anything_runs(
         f"humming-matrix: error: {ws.root / 'matrix.toml'}: pairing: no pairing's humming "
         "range covers version 0.2.1"
     )
+
+
+def test_nox_bisect_session_forwards_to_the_cli(ws: Workspace) -> None:
+    """`nox -s bisect -- ARGS` (the nightly job's entry point) runs `humming-matrix bisect ARGS`
+    in its own venv; its probes find nox on PATH. Over the range the first test bisected, the
+    log answers everything and no probe runs."""
+    first = ws.cli(*bisect_args(ws))
+    assert first.returncode == 0, first.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"), "--envdir",
+         str(ws.root / "envs"), "-s", "bisect", "--", *bisect_args(ws)[1:]],
+        capture_output=True, text=True, env=ws.env, timeout=300, check=False, cwd=ws.root,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "bisect: first bad 0.1.6, last good 0.1.5" in out
+    assert "bisect: sessions run: none;" in out
