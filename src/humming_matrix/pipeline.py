@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from humming_matrix.config import EvalConfig, load_configs
 from humming_matrix.errors import UsageError
-from humming_matrix.matrix import Cell, Matrix
+from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell, Matrix
 
 DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
 DEFAULT_RESULTS = "results/ci"
@@ -191,6 +191,9 @@ def plan_jobs(cells: Sequence[Cell], settings: JobSettings) -> tuple[Job, ...]:
             run_args=shlex.join(run_args),
             results=shlex.quote(results),
         )
+        if not cell.listed:
+            # The noxfile generates sessions for unlisted releases only when asked to.
+            command = f"export {EXTRA_VERSIONS_ENV}={shlex.quote(str(cell.humming))}; {command}"
         jobs.append(
             Job(
                 session=cell.session,

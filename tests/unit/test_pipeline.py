@@ -218,9 +218,17 @@ def test_selection_flags(test_repo: Path, capsys: pytest.CaptureFixture[str]) ->
     assert keys("--tag", "humming-0.1.6") == ["humming-0.1.6", "humming-0.1.6-cu130"]
     assert keys("--version", "0.1.19", "--version", "0.1.6", "--variant", "cu128") == [
         "humming-0.1.6"]
-    # A release the matrix covers but does not list runs under its pairing's stack.
+    # A release the matrix covers but does not list runs under its pairing's stack, and its
+    # job asks the noxfile for that session.
     assert keys("--version", "0.1.13") == ["humming-0.1.13"]
     assert keys("--version", "0.1.3", "--variant", "cu130") == ["humming-0.1.3-cu130"]
+    [unlisted] = json.loads(emit(capsys, "--format", "github", "--matrix", "matrix.toml",
+                                 "--config-list", "configs/small.txt",
+                                 "--version", "0.1.13"))["include"]
+    assert unlisted["command"] == (
+        "export HUMMING_MATRIX_EXTRA_VERSIONS=0.1.13; PYTHONPATH=src python3 -m"
+        " humming_matrix.ci_job humming-0.1.13 -- --config-list configs/small.txt"
+        " --results results/ci/humming-0.1.13")
 
 
 @pytest.mark.parametrize(
