@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Run the kernel tier for several humming-kernels releases on a GPU machine with no network.
+#
+#   benchmarks/kernels_sweep.sh WHEELHOUSE DEADLINE_S PARALLEL "0.1.0 0.1.1 ..." [kernels args...]
+#
+# WHEELHOUSE holds humming_kernels-*.whl and the pure-Python wheels they need that the machine
+# lacks (pyelftools for <= 0.1.11). Each version is installed with pip --no-index --no-deps
+# --target into its own folder and run against the preinstalled torch, PARALLEL versions at a
+# time (each with its own HUMMING_CACHE_DIR; use 1 for timings you will quote). Records and logs
+# go to $OUT (or ./sweep-out) as one tarball; a version still running at DEADLINE_S is stopped.
+set -u
+wheelhouse=$1; deadline=$2; parallel=$3; versions=$4; shift 4
+out=${OUT:-$PWD/sweep-out}
+work=/tmp/kernels-sweep
+mkdir -p "$work/deps" "$out" "$work/records"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/deps" \
+    "$wheelhouse"/deps/*.whl >"$work/pip-deps.log" 2>&1 || cat "$work/pip-deps.log"
+start=$(date +%s)
+run_one() {
+    v=$1; shift
+    site="$work/site-$v"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+        "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-$v.log" 2>&1 || {
+        echo "$v: install failed"; cat "$work/pip-$v.log"; return; }
+    left=$(( deadline - ($(date +%s) - start) ))
+    if [ "$left" -lt 20 ]; then echo "$v: skipped, deadline"; return; fi
+    HUMMING_CACHE_DIR="$work/jit-$v" PYTHONPATH="$site:$work/deps:$PWD/src" \
+        timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
+        --input-cache "$work/inputs" --gpu-lock "$work/gpu.lock" --workdir "$work/work-$v" "$@" >"$work/cli-$v.log" 2>&1
+    echo "$v: exit $? after $(( $(date +%s) - start )) s"
+    tail -n 4 "$work/cli-$v.log"
+}
+export -f run_one
+export work wheelhouse deadline start
+# First version alone: it generates the shared input cache the others load.
+first=${versions%% *}; rest=${versions#"$first"}
+run_one "$first" "$@"
+if [ -n "${rest// /}" ]; then
+    printf '%s\n' $rest | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
+fi
+tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records $(cd "$work" && ls -d work-* cli-*.log 2>/dev/null)
+ls -la "$out"

@@ -1,0 +1,132 @@
+"""`humming-matrix kernels`: the GEMM numerics and speed probe of the installed humming version.
+
+Exit 0 when every case that this release can build is within tolerance (unsupported cases do not
+fail the run), 1 when a case is out of tolerance, non-finite, errored, hung or crashed, 3 when no
+CUDA GPU is usable, 125 when humming cannot even be imported (a bisect skips such a version).
+The record is written in every case but the no-GPU one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.environment import capture
+from humming_matrix.errors import ExitCode, NoGPUError, UntestableError, UsageError
+from humming_matrix.kernels.cases import (
+    DEFAULT_BATCH_SIZES,
+    parse_batch_sizes,
+    select_cases,
+)
+from humming_matrix.kernels.judge import CaseState
+from humming_matrix.kernels.record import (
+    Settings,
+    build_record,
+    overall_state,
+    versions_table,
+    write_record,
+)
+from humming_matrix.kernels.watchdog import DEFAULT_WORKER, Watchdog
+from humming_matrix.results import new_run_id, utc_now_iso
+
+_GPU_CHECK = (
+    "import sys\n"
+    "try:\n"
+    "    import torch\n"
+    "except Exception as exc:\n"
+    "    sys.exit(f'torch cannot be imported: {type(exc).__name__}: {exc}')\n"
+    "if not torch.cuda.is_available():\n"
+    "    sys.exit(f'torch {torch.__version__} sees no CUDA GPU')\n"
+)
+
+
+def gpu_problem() -> str | None:
+    """Why no CUDA GPU is usable here, or None. Runs in a child so the CLI never holds CUDA."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _GPU_CHECK], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return "checking for a CUDA GPU timed out after 120 s"
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"GPU check exited with status {done.returncode}"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "kernels",
+        help="check humming's quantised GEMMs on this GPU (numerics and speed), no model needed",
+        description=__doc__,
+    )
+    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
+                   help="the result store (default: results/local)")
+    p.add_argument("--cases", nargs="+", metavar="PATTERN",
+                   help="shell-style patterns of case names (default: every case)")
+    p.add_argument("--batch-sizes", nargs="+", metavar="M",
+                   default=[",".join(map(str, DEFAULT_BATCH_SIZES))],
+                   help="token counts to run (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=20, metavar="N",
+                   help="timed launches per batch size; the median is reported (default: 20)")
+    p.add_argument("--draws", type=int, default=3, metavar="N",
+                   help="independent activation draws per batch size, whose spread is the "
+                        "numerics noise the comparison uses (default: 3)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="seconds without progress before a case counts as hung (default: 600)")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
+    p.add_argument("--input-cache", type=Path, metavar="DIR",
+                   help="keep generated weights here, shared by runs of other versions")
+    p.add_argument("--gpu-lock", type=Path, metavar="FILE",
+                   help="share the GPU with other `kernels` runs using the same lock file: "
+                        "kernel launches, references and timing loops take turns, compiles "
+                        "and CPU work overlap")
+    p.add_argument("--workdir", type=Path, metavar="DIR",
+                   help="keep the worker's plans, events and logs here (default: a temp dir)")
+    p.set_defaults(handler=handle)
+
+
+def handle(
+    args: argparse.Namespace,
+    gpu_check: Callable[[], str | None] = gpu_problem,
+    worker: Sequence[str] = DEFAULT_WORKER,
+) -> int:
+    cases = select_cases(args.cases)
+    sizes = parse_batch_sizes(args.batch_sizes)
+    if args.repeats < 1 or args.draws < 1 or args.timeout <= 0:
+        raise UsageError("--repeats and --draws must be >= 1 and --timeout > 0")
+    problem = gpu_check()
+    if problem is not None:
+        raise NoGPUError(f"kernels needs a CUDA GPU: {problem}")
+    settings = Settings(sizes, args.repeats, args.draws, args.seed, args.timeout)
+    plan = {
+        "cases": [c.to_json() for c in cases],
+        "batch_sizes": list(sizes),
+        "repeats": args.repeats,
+        "draws": args.draws,
+        "seed": args.seed,
+        "cache_dir": str(args.input_cache) if args.input_cache else None,
+        "ceilings": True,
+        "gpu_lock": str(args.gpu_lock) if args.gpu_lock else None,
+    }
+    watchdog = Watchdog(timeout_s=args.timeout, worker=worker)
+    if args.workdir is not None:
+        run = watchdog.run(plan, args.workdir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="humming-kernels-") as work:
+            run = watchdog.run(plan, Path(work))
+    record = build_record(run, settings, capture(), new_run_id(), utc_now_iso())
+    path = write_record(args.results, record)
+    print(versions_table([record]))
+    print(f"record: {path}")
+    if run.import_error is not None:
+        raise UntestableError(f"humming cannot be imported here ({run.import_error}); see {path}")
+    state = overall_state(record)
+    if state in (CaseState.OK, CaseState.UNSUPPORTED):
+        return int(ExitCode.OK)
+    return int(ExitCode.FAILED)

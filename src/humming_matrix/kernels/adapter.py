@@ -1,0 +1,204 @@
+"""Builds humming layers through humming's public API, the way vLLM does, for any release.
+
+Every release from 0.1.0 to 0.1.20 has `humming.layer.HummingLayer(shape_n, shape_k,
+weight_config, input_config, num_experts, torch_dtype)` with `load_from_tensors`, `transform` and
+`forward`; what moved between releases (the forward's argument names, where the layer's config
+lives, the heuristics' first argument) is looked up here rather than assumed. Checkpoint tensors
+go in the formats vLLM loads: `quant_method` "mxfp4" (packed e2m1 bytes, e8m0 scales) and "gptq"
+(qweight/scales/qzeros/g_idx). FP8 activations are asked for exactly as
+`VLLM_HUMMING_INPUT_QUANT_CONFIG='{"dtype":"float8e4m3"}'` does: `input_config={"dtype": ...}`.
+
+A case that a release cannot build raises `Unsupported` with the reason; this module imports
+torch and humming, so only the worker process (`probe`) imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.inputs import (
+    GptqWeights,
+    Mxfp4Weights,
+    Weights,
+    gptq_qzeros,
+    moe_align,
+    pack_gptq_qweight,
+    pack_mxfp4,
+)
+
+PAD_N, PAD_K = 256, 128
+
+
+class Unsupported(Exception):
+    """This release cannot build the case; the message says why."""
+
+
+# Exceptions that mean "this release lacks the feature", as opposed to a failure of a feature
+# it has. A ValueError or assertion that says "unsupported"/"not supported" counts too.
+_API_GAPS = (ImportError, AttributeError, NotImplementedError, TypeError, KeyError)
+
+
+def is_api_gap(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return isinstance(exc, _API_GAPS) or "unsupported" in text or "not supported" in text
+
+
+def humming_version() -> str | None:
+    try:
+        return importlib.metadata.version("humming-kernels")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Moe:
+    """Routing tensors for one batch on the GPU."""
+
+    sorted_ids: torch.Tensor
+    expert_ids: torch.Tensor
+    num_tokens_padded: torch.Tensor
+    block: int
+
+
+class BuiltLayer:
+    """A transformed humming layer and how to call it in this release."""
+
+    def __init__(self, case: KernelCase, layer: Any) -> None:
+        self.case = case
+        self.layer = layer
+        self._params = set(inspect.signature(layer.forward).parameters)
+        self._tuning: dict[int, Any] = {}
+
+    def _name(self, *candidates: str) -> str:
+        for name in candidates:
+            if name in self._params:
+                return name
+        raise Unsupported(f"HummingLayer.forward takes none of {candidates}")
+
+    def _config(self) -> Any:
+        metas = getattr(self.layer, "humming_metas", None)
+        if isinstance(metas, dict) and "" in metas:
+            return metas[""]
+        config = getattr(self.layer, "humming_config", None)
+        if config is None:
+            raise Unsupported("the layer exposes neither humming_metas nor humming_config")
+        return config
+
+    def moe_tuning(self, rows: int) -> tuple[Any, int]:
+        """One heuristic kernel config for `rows` routed rows, and its block height.
+
+        One config for the whole call keeps the token padding and the kernel's block in step,
+        whatever a release's multi-config dispatch compares against.
+        """
+        if rows not in self._tuning:
+            from humming.tune import get_heuristics_config
+
+            config = get_heuristics_config(self._config(), shape_m=rows, gemm_type="indexed")
+            if not isinstance(config, dict) or "block_shape" not in config:
+                raise Unsupported(f"indexed-GEMM heuristics returned {type(config).__name__}")
+            self._tuning[rows] = config
+        config = self._tuning[rows]
+        return config, int(config["block_shape"][0])
+
+    def routing(self, topk_ids: np.ndarray[Any, Any], device: torch.device) -> Moe:
+        rows = topk_ids.size
+        _, block = self.moe_tuning(rows)
+        sorted_ids, expert_ids, padded = moe_align(topk_ids, self.case.num_experts, block)
+        return Moe(
+            sorted_ids=torch.from_numpy(sorted_ids).to(device),
+            expert_ids=torch.from_numpy(expert_ids).to(device),
+            num_tokens_padded=torch.tensor(padded, dtype=torch.int32, device=device),
+            block=block,
+        )
+
+    def call(self, x: torch.Tensor, moe: Moe | None) -> Callable[[], torch.Tensor]:
+        """A no-argument function that runs the layer once on `x` (and the routing)."""
+        n = self.case.shape_n
+        if moe is None:
+            return lambda: self.layer(inputs=x)[..., :n]
+        rows = x.shape[0] * self.case.top_k
+        config, _ = self.moe_tuning(rows)
+        kwargs = {
+            "inputs": x,
+            self._name("sorted_ids", "sorted_token_ids"): moe.sorted_ids,
+            self._name("expert_ids"): moe.expert_ids,
+            self._name("num_tokens_padded", "num_tokens_post_padded"): moe.num_tokens_padded,
+            "top_k": self.case.top_k,
+            "compute_config": {"gemm_type": "indexed"},
+            "tuning_config": config,
+        }
+        return lambda: self.layer(**kwargs)[..., :n]
+
+
+def checkpoint_tensors(
+    case: KernelCase, weights: Weights
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The weight config and tensors a checkpoint of this scheme carries."""
+    if case.scheme is WeightScheme.MXFP4:
+        assert isinstance(weights, Mxfp4Weights)
+        return {"quant_method": "mxfp4"}, {
+            "weight": torch.from_numpy(pack_mxfp4(weights.codes)),
+            "weight_scale": torch.from_numpy(weights.scales).view(torch.float8_e8m0fnu),
+        }
+    assert isinstance(weights, GptqWeights)
+    n, k = weights.codes.shape
+    g = case.group_size
+    config = {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": False, "sym": True}
+    return config, {
+        "qweight": torch.from_numpy(pack_gptq_qweight(weights.codes)),
+        "scales": torch.from_numpy(np.ascontiguousarray(weights.scales.T)).to(torch.bfloat16),
+        "qzeros": torch.from_numpy(gptq_qzeros(n, k, g)),
+        "g_idx": torch.from_numpy(np.arange(k, dtype=np.int32) // g),
+    }
+
+
+def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLayer:
+    """Build, load and transform the layer. Raises Unsupported, or whatever humming raises."""
+    try:
+        from humming.layer import HummingLayer
+    except ImportError as exc:
+        raise Unsupported(f"humming.layer.HummingLayer: {exc}") from exc
+    weight_config, tensors = checkpoint_tensors(case, weights)
+    input_config = {"dtype": "float8e4m3"} if case.activation is Activation.FP8_E4M3 else None
+    with torch.cuda.device(device):
+        layer = HummingLayer(
+            shape_n=case.shape_n,
+            shape_k=case.shape_k,
+            weight_config=weight_config,
+            input_config=input_config,
+            num_experts=case.num_experts if case.kind is GemmKind.MOE else None,
+            torch_dtype=torch.bfloat16,
+            # As vLLM pads every humming layer (gpt-oss's 2880 fits no kernel block otherwise).
+            pad_n_to_multiple=PAD_N,
+            pad_k_to_multiple=PAD_K,
+        )
+        expected = layer.state_dict()
+        for name, tensor in list(tensors.items()):
+            # load_state_dict(strict=False) would skip a renamed or reshaped tensor silently.
+            if name not in expected:
+                raise Unsupported(f"{weight_config['quant_method']} layer has no tensor {name!r}")
+            if tuple(expected[name].shape) != tuple(tensor.shape):
+                raise Unsupported(
+                    f"tensor {name!r}: layer expects {tuple(expected[name].shape)}, "
+                    f"checkpoint has {tuple(tensor.shape)}"
+                )
+            want = expected[name].dtype
+            if tensor.dtype != want:
+                # Checkpoint bytes are bytes: e8m0 scales stored as uint8 are the same exponents.
+                # load_state_dict would convert values instead (2**-7 -> 0 as uint8).
+                if tensor.element_size() != torch.empty((), dtype=want).element_size():
+                    raise Unsupported(f"tensor {name!r}: layer wants {want}, checkpoint is "
+                                      f"{tensor.dtype}")
+                tensors[name] = tensor.view(want)
+        layer.load_from_tensors(tensors)
+        layer = layer.to(device)
+        layer.transform()
+    return BuiltLayer(case, layer)

@@ -1,0 +1,197 @@
+"""Checkpoint-like inputs, fixed by seed: every humming version sees the same bytes.
+
+Weights are generated directly in the checkpoint formats (MXFP4 codes and e8m0 scales; GPTQ int4
+codes and bf16 scales), so the float32 reference uses exactly the values the kernel is given and
+the measured error is the kernel's, not a quantiser's. They are not uniform noise:
+
+* output rows come in shards (q/k/v, gate/up) whose magnitudes differ by 2x and 4x, rows within
+  a shard spread by 0.7 binades (sd), 1 % of rows are outliers 8x larger, and group scales jitter
+  by up to 4x: an expert's e8m0 scales span about 12 binades, which is what per-tensor scale
+  tricks (such as the fused e8m0 path for FP8 activations) must survive;
+* codes follow the histogram of a quantised Gaussian, not a uniform draw;
+* activations are bf16, with 0.5 % outlier channels 30x larger and per-token magnitudes that vary
+  by 4x, as in real hidden states;
+* MoE routing is skewed (Zipf-like expert popularity) with distinct experts per token.
+
+Everything is numpy; the GPU side converts to torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightScheme
+
+F32 = npt.NDArray[np.float32]
+U8 = npt.NDArray[np.uint8]
+I32 = npt.NDArray[np.int32]
+
+# e2m1 value of each 4-bit code; bit 3 is the sign.
+E2M1_VALUES = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+    dtype=np.float32,
+)
+E8M0_BIAS = 127
+GPTQ_ZERO = 8
+
+# Frequencies of |code| 0..7 for a Gaussian quantised to e2m1 with the group maximum at 6.
+_E2M1_MAGNITUDE_WEIGHTS = (10, 14, 14, 12, 10, 14, 8, 3)
+# Offset-binary int4 codes 1..15 (-7..7 around zero 8): a bell shape; code 0 (-8) never occurs,
+# as in symmetric GPTQ exports whose scale is max/7.
+_GPTQ_CODE_WEIGHTS = (0, 1, 2, 4, 7, 10, 14, 16, 17, 16, 14, 10, 7, 4, 2, 1)
+# Shard magnitude offsets in binades, by position: q (or gate) 0, k (or up) -1, v -2.
+_SHARD_OFFSETS = (0, -1, -2)
+
+
+@dataclass(frozen=True)
+class Mxfp4Weights:
+    """codes: (E?, N, K) uint8 in 0..15; scales: (E?, N, K/32) uint8 e8m0 exponents."""
+
+    codes: U8
+    scales: U8
+
+
+@dataclass(frozen=True)
+class GptqWeights:
+    """codes: (N, K) uint8 in 0..15 (value = code - 8); scales: (N, K/128) float32 (bf16 values)."""
+
+    codes: U8
+    scales: F32
+
+
+Weights = Mxfp4Weights | GptqWeights
+
+
+@dataclass(frozen=True)
+class Routing:
+    """topk_ids: (M, top_k) int32, distinct experts per token."""
+
+    topk_ids: I32
+
+
+def bf16_round(x: npt.NDArray[np.floating]) -> F32:
+    """Round float32 to the nearest bf16 value (ties to even), returned as float32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    rounded = (bits + rounding) & np.uint32(0xFFFF0000)
+    out: F32 = rounded.view(np.float32)
+    return out
+
+
+def _lut(weights: tuple[int, ...]) -> U8:
+    """A 256-entry table mapping a uniform byte to a code with the given relative frequencies."""
+    total = sum(weights)
+    counts = [w * 256 // total for w in weights]
+    counts[int(np.argmax(weights))] += 256 - sum(counts)
+    return np.repeat(np.arange(len(weights), dtype=np.uint8), counts)
+
+
+def _row_exponents(case: KernelCase, rng: np.random.Generator, base: int) -> npt.NDArray[np.int32]:
+    """Per output row (and expert): shard offset + row spread + a few outlier rows."""
+    experts = max(case.num_experts, 1)
+    offsets = np.concatenate(
+        [np.full(w, _SHARD_OFFSETS[i % len(_SHARD_OFFSETS)]) for i, w in enumerate(case.shards)]
+    )
+    spread = np.rint(rng.normal(0.0, 0.7, size=(experts, case.shape_n)))
+    outliers = np.where(rng.random((experts, case.shape_n)) < 0.01, 3, 0)
+    return (base + offsets[None, :] + spread + outliers).astype(np.int32)
+
+
+def make_weights(case: KernelCase, seed: int) -> Weights:
+    rng = np.random.default_rng([seed, 0x57])
+    experts = max(case.num_experts, 1)
+    n, k, g = case.shape_n, case.shape_k, case.group_size
+    if case.scheme is WeightScheme.MXFP4:
+        magnitude = _lut(_E2M1_MAGNITUDE_WEIGHTS)[rng.integers(0, 256, (experts, n, k), np.uint8)]
+        sign = rng.integers(0, 2, (experts, n, k), np.uint8) << np.uint8(3)
+        codes = (magnitude | sign).astype(np.uint8)
+        # Group max near 6 * 2**(e - 127) ~ 0.05 for a typical row: e ~ 120.
+        rows = _row_exponents(case, rng, base=E8M0_BIAS - 7)
+        jitter = rng.integers(-2, 1, (experts, n, k // g))
+        scales = np.clip(rows[:, :, None] + jitter, 1, 254).astype(np.uint8)
+        if case.kind is GemmKind.DENSE:
+            codes, scales = codes[0], scales[0]
+        return Mxfp4Weights(codes=codes, scales=scales)
+    codes = _lut(_GPTQ_CODE_WEIGHTS)[rng.integers(0, 256, (n, k), np.uint8)]
+    rows = _row_exponents(case, rng, base=-10)[0]
+    mantissa = 1.0 + rng.random((n, k // g))
+    scales = bf16_round((mantissa * np.exp2(rows[:, None])).astype(np.float32))
+    return GptqWeights(codes=codes.astype(np.uint8), scales=scales)
+
+
+def make_activations(m: int, k: int, seed: int) -> F32:
+    """(m, k) bf16 values as float32: Gaussian, outlier channels, per-token magnitude spread."""
+    rng = np.random.default_rng([seed, 0xAC, m])
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    channels = np.random.default_rng([seed, 0xC4]).random(k) < 0.005
+    x[:, channels] *= 30.0
+    x *= np.exp2(rng.uniform(-1.0, 1.0, size=(m, 1))).astype(np.float32)
+    return bf16_round(x)
+
+
+def make_routing(m: int, num_experts: int, top_k: int, seed: int) -> Routing:
+    """Distinct top-k experts per token with Zipf-like popularity (Gumbel top-k sampling)."""
+    rng = np.random.default_rng([seed, 0x70, m])
+    popularity = 1.0 / np.arange(1, num_experts + 1) ** 0.8
+    logits = np.log(popularity)[rng.permutation(num_experts)]
+    keys = logits[None, :] + rng.gumbel(size=(m, num_experts))
+    topk = np.argsort(-keys, axis=1, kind="stable")[:, :top_k]
+    return Routing(topk_ids=topk.astype(np.int32))
+
+
+def pack_mxfp4(codes: U8) -> npt.NDArray[np.int8]:
+    """Checkpoint layout: two codes per byte along K, the even index in the low nibble."""
+    packed = codes[..., 0::2] | (codes[..., 1::2] << np.uint8(4))
+    out: npt.NDArray[np.int8] = packed.astype(np.uint8).view(np.int8)
+    return out
+
+
+def pack_gptq_qweight(codes: U8) -> I32:
+    """GPTQ `qweight`: (K/8, N) int32, eight 4-bit codes along K per word, lowest bits first."""
+    n, k = codes.shape
+    by_k = codes.T.astype(np.uint32).reshape(k // 8, 8, n)
+    shifts = (np.arange(8, dtype=np.uint32) * 4)[None, :, None]
+    words = np.bitwise_or.reduce(by_k << shifts, axis=1)
+    out: I32 = words.astype(np.uint32).view(np.int32)
+    return out
+
+
+def gptq_qzeros(n: int, k: int, group_size: int) -> I32:
+    """Symmetric GPTQ (v1 format) stores zero - 1 = 7 in every nibble; humming ignores it."""
+    words = np.full((k // group_size, n // 8), 0x77777777, dtype=np.uint32)
+    out: I32 = words.view(np.int32)
+    return out
+
+
+def moe_align(topk_ids: I32, num_experts: int, block: int) -> tuple[I32, I32, int]:
+    """Token slots grouped by expert, each expert's run padded to a multiple of `block`.
+
+    Returns (sorted_ids, expert_ids, num_padded): sorted_ids holds flat slot indices
+    (token * top_k + j) with padding value M * top_k; expert_ids has one entry per block.
+    """
+    flat = topk_ids.reshape(-1)
+    pad_value = flat.size
+    parts: list[npt.NDArray[np.int64]] = []
+    experts: list[int] = []
+    for expert in range(num_experts):
+        slots = np.flatnonzero(flat == expert)
+        if slots.size == 0:
+            continue
+        blocks = -(-slots.size // block)
+        parts.append(np.pad(slots, (0, blocks * block - slots.size), constant_values=pad_value))
+        experts.extend([expert] * blocks)
+    sorted_ids = np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32)
+    return sorted_ids, np.array(experts, dtype=np.int32), int(sorted_ids.size)
+
+
+def digest(*arrays: npt.NDArray[np.generic]) -> str:
+    """sha256 over the arrays' bytes and shapes: proves two runs saw the same inputs."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(str(a.shape).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()

@@ -1,0 +1,454 @@
+"""Judging kernel results: one run's states, and a candidate's verdicts against a baseline.
+
+One run (`assess_case`). A batch is `nonfinite` if any output is NaN or Inf, `fail` if its mean
+relative error exceeds REL_TOLERANCE x its floor (the error of the float32 reference rounded to
+bf16, which no bf16-output kernel can beat) or its worst channel exceeds WORST_ROW_TOLERANCE x the
+floor, `error` if the call raised. A case takes its worst batch's state, or is `unsupported`,
+`error`, `hang` or `crash` as a whole.
+
+Two sets of runs (`compare_kernel_records`). Per case and batch size:
+
+* `newly-broken`: the baseline produced finite numbers and the candidate does not (NaN, Inf,
+  hang, crash, error, build failure or unsupported);
+* `regressed` / `improved`: the mean relative error (or the worst channel's) moved by more than
+  the noise, where noise = 3 x the standard error of the difference of means over the input draws
+  (each run draws `draws` independent activation sets, and several records per side pool their
+  draws), and by more than the case's bf16 floor; so a change is flagged only if it is larger
+  than what redrawing the inputs moves and larger than the output format's own rounding;
+* timing: `slower` / `faster` when |ln(ratio of medians)| exceeds 3 x the combined relative
+  spread (1.4826 x MAD / median of each side's samples, and the spread of per-run medians when
+  a side has several runs).
+
+Nothing here is a constant picked per case: the noise comes from the records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.errors import ExitCode, RecordError
+
+REL_TOLERANCE = 16.0  # x floor, for the whole output
+WORST_ROW_TOLERANCE = 64.0  # x floor, for the worst of N channels
+NOISE_SIGMAS = 3.0
+MAD_TO_SD = 1.4826
+
+
+class CaseState(str, Enum):
+    OK = "ok"
+    FAIL = "fail"  # numbers out of tolerance
+    NONFINITE = "nonfinite"
+    UNSUPPORTED = "unsupported"  # this release cannot build the case
+    ERROR = "error"  # raised while building or running
+    HANG = "hang"
+    CRASH = "crash"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    @property
+    def produced_numbers(self) -> bool:
+        return self in (CaseState.OK, CaseState.FAIL)
+
+
+_SEVERITY = {
+    CaseState.OK: 0,
+    CaseState.UNSUPPORTED: 1,
+    CaseState.FAIL: 2,
+    CaseState.NONFINITE: 3,
+    CaseState.ERROR: 4,
+    CaseState.CRASH: 5,
+    CaseState.HANG: 6,
+}
+
+
+def _num(value: Any) -> float:
+    """A record's number; "inf"/"nan" strings (JSON has no such floats) read back as floats."""
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a measurement")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return float(value)
+    raise TypeError(f"not a number: {value!r}")
+
+
+def assess_batch(batch: Mapping[str, Any]) -> CaseState:
+    if batch.get("error"):
+        return CaseState.ERROR
+    if int(batch.get("nan", 0)) or int(batch.get("inf", 0)):
+        return CaseState.NONFINITE
+    errs = [_num(e) for e in batch.get("rel_err", [])]
+    worst = [_num(e) for e in batch.get("worst_row_rel_err", [])]
+    if not errs:
+        return CaseState.ERROR
+    floor = _num(batch.get("floor", 0.0))
+    if any(math.isnan(e) for e in errs + worst):
+        return CaseState.NONFINITE
+    if statistics.fmean(errs) > REL_TOLERANCE * floor:
+        return CaseState.FAIL
+    if worst and max(worst) > WORST_ROW_TOLERANCE * floor:
+        return CaseState.FAIL
+    return CaseState.OK
+
+
+def assess_case(result: Mapping[str, Any]) -> tuple[CaseState, list[dict[str, Any]]]:
+    """The case's state and its batches, each with its own `state` added."""
+    given = result.get("state")
+    batches = [dict(b, state=assess_batch(b).value) for b in result.get("batches", [])]
+    if given is not None:
+        return CaseState(given), batches
+    if not batches:
+        return CaseState.ERROR, batches
+    worst = max((CaseState(b["state"]) for b in batches), key=lambda s: s.severity)
+    return worst, batches
+
+
+class Verdict(str, Enum):
+    SAME = "same"
+    IMPROVED = "improved"
+    REGRESSED = "regressed"
+    NEWLY_BROKEN = "newly-broken"
+    FIXED = "fixed"
+    STILL_BROKEN = "still-broken"
+    NEW = "new"  # no baseline for this case or batch size
+    MISSING = "missing"  # the candidate did not run it
+    INCOMPARABLE = "incomparable"  # the two sides saw different input bytes
+
+
+class TimeVerdict(str, Enum):
+    SAME = "same"
+    SLOWER = "slower"
+    FASTER = "faster"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side's pooled numbers for a case at one batch size."""
+
+    state: CaseState
+    rel_err: tuple[float, ...] = ()
+    worst_row: tuple[float, ...] = ()
+    floor: float = 0.0
+    medians_ms: tuple[float, ...] = ()
+    rel_spreads: tuple[float, ...] = ()  # 1.4826 x MAD / median of each run's samples
+    input_sha256: frozenset[str] = frozenset()
+    reason: str | None = None
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.medians_ms) if self.medians_ms else None
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    case: str
+    m: int | None  # None: the case as a whole (it produced no batches)
+    verdict: Verdict
+    time: TimeVerdict
+    baseline: Side | None
+    candidate: Side | None
+    delta_rel_err: float | None = None
+    noise_rel_err: float | None = None
+    time_ratio: float | None = None
+    time_noise: float | None = None  # as a bound on |ln ratio|
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        def side(s: Side | None) -> dict[str, Any] | None:
+            if s is None:
+                return None
+            return {
+                "state": s.state.value,
+                "rel_err_mean": statistics.fmean(s.rel_err) if s.rel_err else None,
+                "worst_row_rel_err_max": max(s.worst_row) if s.worst_row else None,
+                "draws": len(s.rel_err),
+                "floor": s.floor,
+                "median_ms": s.median_ms,
+                "reason": s.reason,
+            }
+
+        return {
+            "case": self.case,
+            "m": self.m,
+            "verdict": self.verdict.value,
+            "time": self.time.value,
+            "baseline": side(self.baseline),
+            "candidate": side(self.candidate),
+            "delta_rel_err": self.delta_rel_err,
+            "noise_rel_err": self.noise_rel_err,
+            "time_ratio": self.time_ratio,
+            "time_noise": self.time_noise,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class KernelComparison:
+    baseline_versions: tuple[str, ...]
+    candidate_versions: tuple[str, ...]
+    verdicts: tuple[CaseVerdict, ...]
+    fail_on_slowdown: bool = False
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def regressions(self) -> tuple[CaseVerdict, ...]:
+        bad = {Verdict.REGRESSED, Verdict.NEWLY_BROKEN}
+        return tuple(
+            v
+            for v in self.verdicts
+            if v.verdict in bad or (self.fail_on_slowdown and v.time is TimeVerdict.SLOWER)
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return int(ExitCode.FAILED if self.regressions else ExitCode.OK)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "kernels",
+            "baseline_versions": list(self.baseline_versions),
+            "candidate_versions": list(self.candidate_versions),
+            "regression": bool(self.regressions),
+            "exit_code": self.exit_code,
+            "fail_on_slowdown": self.fail_on_slowdown,
+            "warnings": list(self.warnings),
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
+
+    def to_markdown(self) -> str:
+        base = ", ".join(self.baseline_versions) or "?"
+        cand = ", ".join(self.candidate_versions) or "?"
+        head = "REGRESSION" if self.regressions else "no regression"
+        lines = [
+            f"## Kernel tier: humming {cand} vs {base}: {head}",
+            "",
+            "| case | batch | verdict | rel. error base -> cand | worst channel base -> cand "
+            "| time base -> cand (ms) | time |",
+            "| --- | ---: | --- | --- | --- | --- | --- |",
+        ]
+        for v in self.verdicts:
+            lines.append(
+                f"| {v.case} | {'' if v.m is None else v.m} | {v.verdict.value} "
+                f"| {_fmt_err(v.baseline, 'rel')} -> {_fmt_err(v.candidate, 'rel')} "
+                f"| {_fmt_err(v.baseline, 'worst')} -> {_fmt_err(v.candidate, 'worst')} "
+                f"| {_fmt_ms(v.baseline)} -> {_fmt_ms(v.candidate)} "
+                f"| {v.time.value}{_fmt_ratio(v)} |"
+            )
+        for w in self.warnings:
+            lines.append(f"\n> {w}")
+        return "\n".join(lines) + "\n"
+
+
+def _fmt_err(side: Side | None, which: str) -> str:
+    if side is None:
+        return "-"
+    if not side.state.produced_numbers:
+        return side.state.value
+    values = side.rel_err if which == "rel" else side.worst_row
+    if not values:
+        return "-"
+    return f"{(statistics.fmean(values) if which == 'rel' else max(values)):.2e}"
+
+
+def _fmt_ms(side: Side | None) -> str:
+    return "-" if side is None or side.median_ms is None else f"{side.median_ms:.4g}"
+
+
+def _fmt_ratio(v: CaseVerdict) -> str:
+    return "" if v.time_ratio is None else f" ({v.time_ratio:.3f}x)"
+
+
+RecordLike = Path | Mapping[str, Any]
+
+
+def _load(item: RecordLike) -> Mapping[str, Any]:
+    if isinstance(item, Path):
+        from humming_matrix.kernels.record import load_kernel_record
+
+        return load_kernel_record(item)
+    from humming_matrix.kernels.record import check_kernel_record
+
+    check_kernel_record(item, str(item.get("run_id", "<record>")))
+    return item
+
+
+def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], Side]:
+    """Per (case, batch size), the numbers of every record of one side, pooled."""
+    acc: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for record in records:
+        for case in record["cases"]:
+            name = str(case["name"])
+            state = CaseState(case["state"])
+            batches = case.get("batches") or []
+            key: tuple[str, int | None]
+            if not batches:
+                key = (name, None)
+                slot = acc.setdefault(key, {"states": [], "reason": None})
+                slot["states"].append(state)
+                slot["reason"] = case.get("reason")
+                continue
+            for batch in batches:
+                key = (name, int(batch["m"]))
+                slot = acc.setdefault(
+                    key,
+                    {"states": [], "rel": [], "worst": [], "floor": [], "med": [], "spread": [],
+                     "inputs": set(), "reason": None},
+                )
+                b_state = CaseState(batch.get("state") or assess_batch(batch).value)
+                slot["states"].append(b_state)
+                if batch.get("error"):
+                    slot["reason"] = batch["error"]
+                if b_state.produced_numbers:
+                    slot["rel"].extend(_num(e) for e in batch.get("rel_err", []))
+                    slot["worst"].extend(_num(e) for e in batch.get("worst_row_rel_err", []))
+                    slot["floor"].append(_num(batch.get("floor", 0.0)))
+                t = batch.get("time")
+                if isinstance(t, dict) and _num(t.get("median_ms", 0)) > 0:
+                    med = _num(t["median_ms"])
+                    slot["med"].append(med)
+                    slot["spread"].append(MAD_TO_SD * _num(t.get("mad_ms", 0.0)) / med)
+                if batch.get("input_sha256"):
+                    slot["inputs"].add(str(batch["input_sha256"]))
+    pooled: dict[tuple[str, int | None], Side] = {}
+    for key, slot in acc.items():
+        state = max(slot["states"], key=lambda s: s.severity)
+        pooled[key] = Side(
+            state=state,
+            rel_err=tuple(slot.get("rel", ())),
+            worst_row=tuple(slot.get("worst", ())),
+            floor=statistics.fmean(slot["floor"]) if slot.get("floor") else 0.0,
+            medians_ms=tuple(slot.get("med", ())),
+            rel_spreads=tuple(slot.get("spread", ())),
+            input_sha256=frozenset(slot.get("inputs", ())),
+            reason=slot.get("reason"),
+        )
+    return pooled
+
+
+def _sem2(values: Sequence[float]) -> float:
+    """Squared standard error of the mean; 0 when a single value gives no spread."""
+    if len(values) < 2:
+        return 0.0
+    return statistics.variance(values) / len(values)
+
+
+def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float]:
+    delta = statistics.fmean(c.rel_err) - statistics.fmean(b.rel_err)
+    noise = NOISE_SIGMAS * math.sqrt(_sem2(b.rel_err) + _sem2(c.rel_err))
+    bound = max(noise, b.floor)
+    worst_delta = (max(c.worst_row) - max(b.worst_row)) if b.worst_row and c.worst_row else 0.0
+    worst_noise = NOISE_SIGMAS * math.sqrt(_sem2(b.worst_row) + _sem2(c.worst_row))
+    worst_bound = max(worst_noise, b.floor)
+    if delta > bound or worst_delta > worst_bound:
+        return Verdict.REGRESSED, delta, bound
+    if -delta > bound and worst_delta <= worst_bound:
+        return Verdict.IMPROVED, delta, bound
+    return Verdict.SAME, delta, bound
+
+
+def _time_verdict(b: Side, c: Side) -> tuple[TimeVerdict, float | None, float | None]:
+    mb, mc = b.median_ms, c.median_ms
+    if mb is None or mc is None or mb <= 0 or mc <= 0:
+        return TimeVerdict.UNKNOWN, None, None
+
+    def spread(side: Side) -> float:
+        within = statistics.median(side.rel_spreads) if side.rel_spreads else 0.0
+        if len(side.medians_ms) >= 2:
+            logs = [math.log(m) for m in side.medians_ms]
+            return max(within, statistics.stdev(logs))
+        return within
+
+    ratio = mc / mb
+    noise = NOISE_SIGMAS * math.sqrt(spread(b) ** 2 + spread(c) ** 2)
+    if math.log(ratio) > noise:
+        return TimeVerdict.SLOWER, ratio, noise
+    if math.log(ratio) < -noise:
+        return TimeVerdict.FASTER, ratio, noise
+    return TimeVerdict.SAME, ratio, noise
+
+
+def compare_kernel_records(
+    baseline: Sequence[RecordLike],
+    candidate: Sequence[RecordLike],
+    fail_on_slowdown: bool = False,
+) -> KernelComparison:
+    """Compare kernel records: `baseline` and `candidate` are record paths or loaded record
+    dicts (several per side pool their draws and timings). Returns a KernelComparison with one
+    CaseVerdict per (case, batch size), `.exit_code` (0 no regression, 1 regression: a
+    `regressed` or `newly-broken` verdict, or with `fail_on_slowdown` a `slower` one),
+    `.to_markdown()` and `.to_json()`. Raises RecordError for an unreadable or foreign record.
+    """
+    if not baseline or not candidate:
+        raise RecordError("<kernels>", None, "comparison needs at least one record per side")
+    base_records = [_load(r) for r in baseline]
+    cand_records = [_load(r) for r in candidate]
+    base, cand = _pool(base_records), _pool(cand_records)
+    warnings = []
+    for side_name, records in (("baseline", base_records), ("candidate", cand_records)):
+        versions = {str(r.get("environment", {}).get("humming_kernels")) for r in records}
+        if len(versions) > 1:
+            warnings.append(f"{side_name} pools several humming versions: {sorted(versions)}")
+    verdicts = []
+    keys = sorted(set(base) | set(cand), key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+    for key in keys:
+        b, c = base.get(key), cand.get(key)
+        name, m = key
+        if b is None:
+            verdicts.append(CaseVerdict(name, m, Verdict.NEW, TimeVerdict.UNKNOWN, None, c))
+            continue
+        if c is None:
+            verdicts.append(CaseVerdict(name, m, Verdict.MISSING, TimeVerdict.UNKNOWN, b, None))
+            continue
+        verdicts.append(_verdict(name, m, b, c))
+    return KernelComparison(
+        baseline_versions=_versions(base_records),
+        candidate_versions=_versions(cand_records),
+        verdicts=tuple(verdicts),
+        fail_on_slowdown=fail_on_slowdown,
+        warnings=tuple(warnings),
+    )
+
+
+def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
+    b_ok, c_ok = b.state.produced_numbers, c.state.produced_numbers
+    if not b_ok and not c_ok:
+        return CaseVerdict(name, m, Verdict.STILL_BROKEN, TimeVerdict.UNKNOWN, b, c)
+    if b_ok and not c_ok:
+        note = c.reason or c.state.value
+        return CaseVerdict(name, m, Verdict.NEWLY_BROKEN, TimeVerdict.UNKNOWN, b, c, note=note)
+    if not b_ok:
+        return CaseVerdict(name, m, Verdict.FIXED, TimeVerdict.UNKNOWN, b, c)
+    if b.input_sha256 and c.input_sha256 and b.input_sha256 != c.input_sha256:
+        return CaseVerdict(
+            name, m, Verdict.INCOMPARABLE, TimeVerdict.UNKNOWN, b, c,
+            note="the two sides ran on different input bytes (seed or generator differ)",
+        )
+    if not b.rel_err or not c.rel_err:
+        return CaseVerdict(name, m, Verdict.SAME, TimeVerdict.UNKNOWN, b, c)
+    verdict, delta, noise = _numeric_verdict(b, c)
+    tv, ratio, tnoise = _time_verdict(b, c)
+    return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise)
+
+
+def _versions(records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    seen: list[str] = []
+    for r in records:
+        env = r.get("environment", {})
+        v = str(env.get("humming_kernels")) if isinstance(env, dict) else "None"
+        if v not in seen:
+            seen.append(v)
+    return tuple(seen)
+
+
+def dumps(comparison: KernelComparison) -> str:
+    return json.dumps(comparison.to_json(), indent=1)

@@ -1,0 +1,185 @@
+"""The kernel record: one JSON file per `kernels` run, in the same store as GSM8K records.
+
+Top level (shared with GSM8K records): `schema_version`, `kind` ("kernels"), `run_id`,
+`created`, `complete`, `environment` (humming-kernels, torch and its CUDA, python, GPU name and
+driver, the installed packages, plus what the worker saw: `environment.worker`). Kernel-specific:
+`settings` (batch sizes, repeats, draws, seed, timeout), `ceilings` (the GPU's measured bf16
+TFLOP/s and copy GB/s), `import_error`, `summary` and `cases`: one entry per case with its `state`
+(see `judge.CaseState`), `reason`, and per batch size the numbers of `probe.run_batch` plus the
+batch's own `state`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from humming_matrix.errors import RecordError
+from humming_matrix.kernels.judge import CaseState, assess_case
+from humming_matrix.kernels.watchdog import SuiteRun
+from humming_matrix.results import (
+    SCHEMA_VERSION,
+    RecordKind,
+    read_json,
+    record_filename,
+    write_json_atomic,
+)
+
+RECORD_NAME = "suite"
+
+
+@dataclass(frozen=True)
+class Settings:
+    batch_sizes: tuple[int, ...]
+    repeats: int
+    draws: int
+    seed: int
+    timeout_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch_sizes": list(self.batch_sizes),
+            "repeats": self.repeats,
+            "draws": self.draws,
+            "seed": self.seed,
+            "timeout_s": self.timeout_s,
+        }
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity: such floats become strings (the judge reads them back)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def build_record(
+    run: SuiteRun,
+    settings: Settings,
+    environment: Mapping[str, Any],
+    run_id: str,
+    created: str,
+) -> dict[str, Any]:
+    cases = []
+    for result in run.results:
+        state, batches = assess_case(result)
+        entry = {k: v for k, v in result.items() if k != "case"}
+        spec = result.get("case", {})
+        entry.update(
+            name=spec.get("name"), spec=spec, state=state.value, batches=batches
+        )
+        cases.append(entry)
+    counts = Counter(c["state"] for c in cases)
+    env = dict(environment)
+    env["worker"] = dict(run.env)
+    if run.env.get("humming_kernels") and not env.get("humming_kernels"):
+        env["humming_kernels"] = run.env["humming_kernels"]
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": RecordKind.KERNELS.value,
+        "run_id": run_id,
+        "created": created,
+        "complete": True,
+        "environment": env,
+        "settings": settings.to_json(),
+        "ceilings": run.ceilings,
+        "import_error": run.import_error,
+        "worker_launches": run.launches,
+        "summary": {"counts": dict(sorted(counts.items()))},
+        "cases": cases,
+    }
+    return dict(_finite(record))
+
+
+def write_record(store: Path, record: Mapping[str, Any]) -> Path:
+    version = record["environment"].get("humming_kernels")
+    name = record_filename(RecordKind.KERNELS, RECORD_NAME, version, str(record["run_id"]))
+    return write_json_atomic(store / name, record)
+
+
+def overall_state(record: Mapping[str, Any]) -> CaseState:
+    """The worst case state of a run (for the exit code)."""
+    states = [CaseState(c["state"]) for c in record["cases"]]
+    return max(states, key=lambda s: s.severity, default=CaseState.OK)
+
+
+def load_kernel_record(path: Path) -> dict[str, Any]:
+    """Read and check a kernel record's shape; errors name the file and the key."""
+    data = read_json(path)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise RecordError(path, "schema_version", f"expected {SCHEMA_VERSION}")
+    if data.get("kind") != RecordKind.KERNELS.value:
+        raise RecordError(path, "kind", f"expected 'kernels', got {data.get('kind')!r}")
+    check_kernel_record(data, path)
+    return data
+
+
+def check_kernel_record(data: Mapping[str, Any], path: Path | str) -> None:
+    for key, kind in (("run_id", str), ("environment", dict), ("cases", list)):
+        if not isinstance(data.get(key), kind):
+            raise RecordError(path, key, f"expected {kind.__name__}")
+    for i, case in enumerate(data["cases"]):
+        where = f"cases[{i}]"
+        if not isinstance(case, dict):
+            raise RecordError(path, where, "expected an object")
+        if not isinstance(case.get("name"), str):
+            raise RecordError(path, f"{where}.name", "expected str")
+        try:
+            CaseState(case.get("state"))
+        except ValueError:
+            state = case.get("state")
+            raise RecordError(path, f"{where}.state", f"unknown state {state!r}") from None
+        if not isinstance(case.get("batches"), list):
+            raise RecordError(path, f"{where}.batches", "expected a list")
+        for j, batch in enumerate(case["batches"]):
+            if not isinstance(batch, dict) or not isinstance(batch.get("m"), int):
+                raise RecordError(path, f"{where}.batches[{j}].m", "expected int")
+
+
+def humming_version(record: Mapping[str, Any]) -> str | None:
+    env = record.get("environment", {})
+    value = env.get("humming_kernels") if isinstance(env, dict) else None
+    return str(value) if value is not None else None
+
+
+def versions_table(records: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: one row per humming version, one column per case: state and median time at the
+    largest batch size (the README table)."""
+    if not records:
+        return ""
+    names: list[str] = []
+    for record in records:
+        for case in record["cases"]:
+            if case["name"] not in names:
+                names.append(case["name"])
+    lines = [
+        "| humming | " + " | ".join(names) + " |",
+        "| --- |" + " --- |" * len(names),
+    ]
+    for record in records:
+        cells = []
+        by_name = {c["name"]: c for c in record["cases"]}
+        for name in names:
+            case = by_name.get(name)
+            cells.append(_cell(case) if case else "-")
+        lines.append(f"| {humming_version(record)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _cell(case: Mapping[str, Any]) -> str:
+    state = str(case["state"])
+    timed = [b for b in case.get("batches", []) if isinstance(b.get("time"), dict)]
+    if not timed:
+        return state
+    last = max(timed, key=lambda b: int(b["m"]))
+    errs = [float(e) for e in last.get("rel_err", []) if isinstance(e, int | float | str)]
+    err = f" {max(errs):.1e}" if errs else ""
+    return f"{state}{err} {float(last['time']['median_ms']):.3g} ms"

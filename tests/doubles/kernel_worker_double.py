@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""TEST DOUBLE of the kernel worker (`python -m humming_matrix.kernels.probe PLAN EVENTS`).
+
+The watchdog and the `kernels` command start it as their worker, so the real process group,
+event file, timeout, kill, restart and record code run against it. It touches no GPU and runs no
+kernel: for each case of the plan it writes the events the real worker writes, with numbers and
+behaviour that the test chooses.
+
+Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optional:
+  cases: {"<case name>": behaviour}   behaviour is one of
+      "ok"              one batch per plan batch size, rel_err 1e-3 per draw, floor 1e-3
+      "fail"            rel_err 1.0 (far out of tolerance)
+      "nan"             three NaN outputs
+      "unsupported"     state unsupported, reason "build: NotImplementedError: no such thing"
+      "error"           a batch raised (the real worker then exits; so does this one)
+      "hang"            sleeps forever after the start event (with a child in its group)
+      "crash"           exits with status 7 after the start event
+    (a case not named is "ok")
+  rel_err: float                      the rel_err of "ok" batches (default 1e-3)
+  time_ms: float                      median time of every batch (default 1.0)
+  import_error: "message"             report that humming cannot be imported
+  pids: path                          append "<pid> <child pid or 0>" at every start, one a line
+  env: {...}                          extra fields of the env event
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+
+def main() -> int:
+    plan = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    policy = json.loads(os.environ.get("KERNEL_WORKER_DOUBLE", "{}"))
+    with Path(sys.argv[2]).open("a", encoding="utf-8") as events:
+        return work(plan, policy, events)
+
+
+def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
+    behaviours: dict[str, str] = policy.get("cases", {})
+    child = None
+    if policy.get("pids"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open(policy["pids"], "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()} {child.pid}\n")
+
+    def emit(event: str, **fields: Any) -> None:
+        events.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
+        events.flush()
+
+    emit("env", humming_kernels="0.0.0-double", gpu="double", **policy.get("env", {}))
+    if policy.get("import_error"):
+        emit("import_error", message=policy["import_error"])
+        return 0
+    if plan.get("ceilings"):
+        emit("ceilings", bf16_tflops=800.0, copy_gbps=4300.0)
+    rel = float(policy.get("rel_err", 1e-3))
+    ms = float(policy.get("time_ms", 1.0))
+    for index in range(int(plan.get("start", 0)), len(plan["cases"])):
+        case = plan["cases"][index]
+        behaviour = behaviours.get(case["name"], "ok")
+        emit("start", index=index, case=case["name"])
+        if behaviour == "hang":
+            time.sleep(3600)
+        if behaviour == "crash":
+            os._exit(7)
+        result: dict[str, Any] = {"case": case, "batches": []}
+        if behaviour == "unsupported":
+            result.update(state="unsupported", reason="build: NotImplementedError: no such thing")
+            emit("case", index=index, result=result)
+            continue
+        for m in plan["batch_sizes"]:
+            batch: dict[str, Any] = {
+                "m": m,
+                "rel_err": [1.0 if behaviour == "fail" else rel] * int(plan["draws"]),
+                "worst_row_rel_err": [2 * rel] * int(plan["draws"]),
+                "floor": 1e-3,
+                "nan": 3 if behaviour == "nan" else 0,
+                "inf": 0,
+                "sha256": "ab" * 32,
+                "input_sha256": f"input-{m}",
+                "deterministic": True,
+                "time": {"median_ms": ms, "mad_ms": ms / 100, "min_ms": ms, "repeats": 5},
+            }
+            if behaviour == "error":
+                batch = {"m": m, "rel_err": [], "worst_row_rel_err": [], "nan": 0, "inf": 0,
+                         "error": "RuntimeError: CUDA error: an illegal memory access"}
+            result["batches"].append(batch)
+            emit("progress", index=index, stage="batch", m=m)
+        emit("case", index=index, result=result)
+        if behaviour == "error":
+            return 0
+    if child is not None:
+        child.kill()
+        child.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""`humming-matrix kernels`: no-GPU exit, records, exit codes (worker replaced by its double)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from humming_matrix.cli import build_parser
+from humming_matrix.cli.kernels import handle
+from humming_matrix.errors import ExitCode, UntestableError
+from humming_matrix.results import RecordKind, record_paths
+
+REPO = Path(__file__).resolve().parents[2]
+DOUBLES = REPO / "tests" / "doubles"
+WORKER = (sys.executable, str(DOUBLES / "kernel_worker_double.py"))
+
+
+def test_without_a_gpu_kernels_exits_3_with_one_line(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(DOUBLES / "torch_without_cuda"), str(REPO / "src")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "kernels", "--results", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )
+    assert done.returncode == 3
+    assert done.stderr == (
+        "humming-matrix: error: kernels needs a CUDA GPU: "
+        "torch 0.0.0+double sees no CUDA GPU\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def _args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["kernels", "--results", str(tmp_path / "store"), "--cases", "moe-*",
+            "--batch-sizes", "1,2048", "--draws", "2", "--repeats", "5", "--timeout", "20",
+            "--workdir", str(tmp_path / "work"), *extra]
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, object],
+         *extra: str) -> int:
+    monkeypatch.setenv("KERNEL_WORKER_DOUBLE", json.dumps(policy))
+    args = build_parser().parse_args(_args(tmp_path, *extra))
+    return handle(args, gpu_check=lambda: None, worker=WORKER)
+
+
+def test_a_clean_run_exits_0_and_writes_one_kernel_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-gpt-oss-20b": "unsupported"}})
+    assert code == ExitCode.OK
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    record = json.loads(path.read_text())
+    assert record["kind"] == "kernels"
+    assert record["settings"] == {"batch_sizes": [1, 2048], "repeats": 5, "draws": 2, "seed": 0,
+                                  "timeout_s": 20.0}
+    assert [c["name"] for c in record["cases"]] == [
+        "moe-mxfp4-bf16-qwen3-30b-a3b", "moe-mxfp4-fp8-qwen3-30b-a3b",
+        "moe-mxfp4-bf16-gpt-oss-20b", "moe-mxfp4-fp8-gpt-oss-20b"]
+    assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
+    assert record["environment"]["worker"]["humming_kernels"] == "0.0.0-double"
+    assert record["ceilings"] == {"bf16_tflops": 800.0, "copy_gbps": 4300.0}
+    out = capsys.readouterr().out
+    assert f"record: {path}" in out
+    assert "| unsupported |" in out
+
+
+def test_numerics_out_of_tolerance_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "fail"}})
+    assert code == ExitCode.FAILED
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    states = [c["state"] for c in json.loads(path.read_text())["cases"]]
+    assert states == ["ok", "ok", "fail", "ok"]
+
+
+def test_a_hang_is_recorded_and_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-qwen3-30b-a3b": "hang"}},
+                "--timeout", "1.5")
+    assert code == ExitCode.FAILED
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    record = json.loads(path.read_text())
+    assert [c["state"] for c in record["cases"]] == ["ok", "hang", "ok", "ok"]
+    assert record["worker_launches"] == 2
+
+
+def test_unimportable_humming_is_untestable_125_and_still_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(UntestableError, match="undefined symbol") as info:
+        _run(tmp_path, monkeypatch, {"import_error": "OSError: undefined symbol: _ZN3c10"})
+    assert info.value.exit_code == 125
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    assert json.loads(path.read_text())["import_error"] == "OSError: undefined symbol: _ZN3c10"
+
+
+def test_bad_usage_is_exit_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "kernels", "--cases", "nope*"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("humming-matrix: error: --cases 'nope*' matches no case; ")
+    assert done.stderr.count("\n") == 1

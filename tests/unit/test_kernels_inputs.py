@@ -1,0 +1,156 @@
+"""Seeded inputs: exact formats, fixed bytes, the checkpoint-like structure the issue asks for."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from humming_matrix.errors import UsageError
+from humming_matrix.kernels.cases import (
+    SUITE,
+    GemmKind,
+    KernelCase,
+    WeightScheme,
+    parse_batch_sizes,
+    select_cases,
+)
+from humming_matrix.kernels.inputs import (
+    E8M0_BIAS,
+    GptqWeights,
+    Mxfp4Weights,
+    bf16_round,
+    digest,
+    gptq_qzeros,
+    make_activations,
+    make_routing,
+    make_weights,
+    moe_align,
+    pack_gptq_qweight,
+    pack_mxfp4,
+)
+
+SMALL_DENSE = KernelCase(
+    name="mxfp4-bf16-small",
+    model="test",
+    scheme=WeightScheme.MXFP4,
+    activation=SUITE[0].activation,
+    kind=GemmKind.DENSE,
+    shape_n=384,
+    shape_k=256,
+    shards=(256, 64, 64),
+)
+SMALL_MOE = replace(
+    SMALL_DENSE, name="moe-small", kind=GemmKind.MOE, shards=(192, 192), num_experts=8, top_k=2
+)
+SMALL_GPTQ = replace(
+    SMALL_DENSE, name="gptq-small", scheme=WeightScheme.GPTQ_INT4_G128, shards=(192, 192)
+)
+
+
+def test_bf16_round_ties_to_even_and_keeps_bf16_values() -> None:
+    one_plus_half_ulp = np.float32(1.0 + 2.0**-8)  # exactly between 1 and 1 + 2**-7
+    three_halves_ulp = np.float32(1.0 + 3 * 2.0**-8)  # between 1 + 2**-7 and 1 + 2**-6
+    x = np.array([1.0, one_plus_half_ulp, three_halves_ulp, -2.5, 1e-3], dtype=np.float32)
+    out = bf16_round(x)
+    assert out.tolist()[:4] == [1.0, 1.0, 1.0 + 2.0**-6, -2.5]
+    assert np.array_equal(bf16_round(out), out)
+    assert out.view(np.uint32)[4] & 0xFFFF == 0
+
+
+def test_pack_mxfp4_puts_the_even_index_in_the_low_nibble() -> None:
+    codes = np.array([[1, 2, 15, 0]], dtype=np.uint8)
+    assert pack_mxfp4(codes).view(np.uint8).tolist() == [[0x21, 0x0F]]
+
+
+def test_pack_gptq_qweight_packs_eight_codes_along_k_lowest_first() -> None:
+    codes = np.tile(np.arange(8, dtype=np.uint8), (2, 2))  # N=2, K=16
+    codes[1] = 15 - codes[1]
+    packed = pack_gptq_qweight(codes).view(np.uint32)
+    assert packed.shape == (2, 2)
+    assert packed[0].tolist() == [0x76543210, 0x89ABCDEF]  # (K/8, N): word 0 of each column
+    assert gptq_qzeros(16, 256, 128).view(np.uint32).tolist() == [[0x77777777] * 2] * 2
+
+
+def test_weights_are_fixed_by_seed_and_differ_across_seeds() -> None:
+    a, b = make_weights(SMALL_MOE, 0), make_weights(SMALL_MOE, 0)
+    assert digest(a.codes, a.scales) == digest(b.codes, b.scales)
+    c = make_weights(SMALL_MOE, 1)
+    assert digest(a.codes, a.scales) != digest(c.codes, c.scales)
+
+
+def test_mxfp4_weights_have_checkpoint_shapes_and_sharded_row_magnitudes() -> None:
+    w = make_weights(SMALL_DENSE, 0)
+    assert isinstance(w, Mxfp4Weights)
+    assert w.codes.shape == (384, 256)
+    assert w.scales.shape == (384, 8)
+    assert w.codes.max() <= 15
+    row = w.scales.astype(np.float64).mean(axis=1) - E8M0_BIAS
+    q, k, v = row[:256].mean(), row[256:320].mean(), row[320:].mean()
+    # q, k and v shards sit one binade apart (+-0.5 for the row spread)
+    assert q - k == pytest.approx(1.0, abs=0.5)
+    assert k - v == pytest.approx(1.0, abs=0.5)
+    assert row.max() - row.min() >= 4.0  # rows differ widely, not one uniform scale
+    moe = make_weights(SMALL_MOE, 0)
+    assert moe.codes.shape == (8, 384, 256)
+    assert moe.scales.shape == (8, 384, 8)
+
+
+def test_gptq_weights_never_use_code_zero_and_have_bf16_scales() -> None:
+    w = make_weights(SMALL_GPTQ, 0)
+    assert isinstance(w, GptqWeights)
+    assert w.codes.shape == (384, 256)
+    assert w.scales.shape == (384, 2)
+    assert w.codes.min() >= 1
+    assert w.codes.max() <= 15
+    assert np.array_equal(bf16_round(w.scales), w.scales)
+    assert (w.scales > 0).all()
+
+
+def test_activations_are_bf16_with_outlier_channels() -> None:
+    x = make_activations(64, 2048, seed=3)
+    assert np.array_equal(bf16_round(x), x)
+    assert np.array_equal(x, make_activations(64, 2048, seed=3))
+    col_rms = np.sqrt((x.astype(np.float64) ** 2).mean(axis=0))
+    median = np.median(col_rms)
+    outliers = int((col_rms > 10 * median).sum())
+    assert 2 <= outliers <= 30  # ~0.5 % of 2048 channels, 30x larger
+
+
+def test_routing_gives_distinct_skewed_experts_per_token() -> None:
+    ids = make_routing(512, 16, 4, seed=0).topk_ids
+    assert ids.shape == (512, 4)
+    assert ids.dtype == np.int32
+    assert all(len(set(row)) == 4 for row in ids.tolist())
+    counts = np.bincount(ids.reshape(-1), minlength=16)
+    assert counts.max() > 2 * counts.min()  # Zipf-like, not uniform
+
+
+def test_moe_align_pads_each_expert_to_the_block_and_covers_every_slot_once() -> None:
+    ids = np.array([[0, 2], [2, 1], [0, 2]], dtype=np.int32)
+    sorted_ids, expert_ids, padded = moe_align(ids, num_experts=4, block=4)
+    pad = ids.size
+    assert sorted_ids.tolist() == [0, 4, pad, pad, 3, pad, pad, pad, 1, 2, 5, pad]
+    assert expert_ids.tolist() == [0, 1, 2]
+    assert padded == 12
+
+
+def test_select_cases_and_batch_sizes() -> None:
+    names = [c.name for c in select_cases(["moe-*-fp8-*"])]
+    assert names == ["moe-mxfp4-fp8-qwen3-30b-a3b", "moe-mxfp4-fp8-gpt-oss-20b"]
+    assert len(select_cases(None)) == 7
+    with pytest.raises(UsageError, match="matches no case"):
+        select_cases(["nothing*"])
+    assert parse_batch_sizes(["1,2048", "64", "1"]) == (1, 64, 2048)
+    with pytest.raises(UsageError, match="'0' is not a positive integer"):
+        parse_batch_sizes(["0"])
+
+
+def test_suite_shapes_are_the_models() -> None:
+    by_name = {c.name: c for c in SUITE}
+    qwen = by_name["moe-mxfp4-bf16-qwen3-30b-a3b"]
+    assert (qwen.shape_k, qwen.shape_n, qwen.num_experts, qwen.top_k) == (2048, 1536, 128, 8)
+    oss = by_name["moe-mxfp4-fp8-gpt-oss-20b"]
+    assert (oss.shape_k, oss.shape_n, oss.num_experts, oss.top_k) == (2880, 5760, 32, 4)
+    assert KernelCase.from_json(oss.to_json()) == oss

@@ -1,0 +1,205 @@
+"""One run's states and the baseline/candidate comparison of kernel records."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from humming_matrix.errors import RecordError
+from humming_matrix.kernels.judge import (
+    CaseState,
+    TimeVerdict,
+    Verdict,
+    assess_batch,
+    compare_kernel_records,
+)
+from humming_matrix.kernels.record import (
+    Settings,
+    build_record,
+    load_kernel_record,
+    versions_table,
+    write_record,
+)
+from humming_matrix.kernels.watchdog import SuiteRun
+
+
+def _batch(m: int = 64, rel: tuple[float | str, ...] = (2e-3, 2.2e-3, 1.8e-3), time_ms: float = 1.0,
+           mad_ms: float = 0.01, **extra: Any) -> dict[str, Any]:
+    return {
+        "m": m,
+        "rel_err": list(rel),
+        "worst_row_rel_err": [4e-3] * len(rel),
+        "floor": 1.6e-3,
+        "nan": 0,
+        "inf": 0,
+        "input_sha256": f"in-{m}",
+        "time": {"median_ms": time_ms, "mad_ms": mad_ms, "min_ms": time_ms, "repeats": 10},
+        **extra,
+    }
+
+
+def _record(version: str, cases: dict[str, Any], run_id: str = "r") -> dict[str, Any]:
+    results = []
+    for name, value in cases.items():
+        if isinstance(value, str):
+            results.append({"case": {"name": name}, "state": value, "reason": f"{value} reason",
+                            "batches": []})
+        else:
+            results.append({"case": {"name": name}, "batches": value})
+    run = SuiteRun(results=tuple(results), env={"humming_kernels": version})
+    settings = Settings((64,), 10, 3, 0, 60.0)
+    return build_record(run, settings, {"humming_kernels": version}, run_id, "2026-12-02T00:00:00")
+
+
+def test_batch_states() -> None:
+    assert assess_batch(_batch()) is CaseState.OK
+    assert assess_batch(_batch(rel=(1.0, 1.0))) is CaseState.FAIL  # > 16 x floor
+    assert assess_batch(_batch(worst_row_rel_err=[0.2])) is CaseState.FAIL  # > 64 x floor
+    assert assess_batch(_batch(nan=2)) is CaseState.NONFINITE
+    assert assess_batch(_batch(rel=("nan",))) is CaseState.NONFINITE
+    assert assess_batch({"m": 1, "error": "RuntimeError: boom"}) is CaseState.ERROR
+
+
+def test_record_keeps_states_and_json_safe_numbers(tmp_path: Path) -> None:
+    record = _record("0.1.6", {"a": [_batch(rel=(math.inf,))], "b": "unsupported"})
+    assert [c["state"] for c in record["cases"]] == ["fail", "unsupported"]
+    assert record["cases"][0]["batches"][0]["rel_err"] == ["inf"]
+    assert record["summary"]["counts"] == {"fail": 1, "unsupported": 1}
+    path = write_record(tmp_path, record)
+    assert path.name == "kernels__suite__0.1.6__r.json"
+    assert load_kernel_record(path)["cases"][1]["reason"] == "unsupported reason"
+    table = versions_table([record])
+    assert table.splitlines()[2] == "| 0.1.6 | fail inf 1 ms | unsupported |"
+
+
+def test_same_numbers_are_no_regression() -> None:
+    base = _record("0.1.5", {"a": [_batch()]})
+    cand = _record("0.1.6", {"a": [_batch(rel=(2.1e-3, 1.9e-3, 2.0e-3))]})
+    cmp = compare_kernel_records([base], [cand])
+    (v,) = cmp.verdicts
+    assert (v.verdict, v.time) == (Verdict.SAME, TimeVerdict.SAME)
+    assert cmp.exit_code == 0
+    assert cmp.baseline_versions == ("0.1.5",)
+    assert cmp.candidate_versions == ("0.1.6",)
+
+
+def test_an_error_increase_beyond_spread_and_floor_is_a_regression() -> None:
+    base = _record("0.1.5", {"a": [_batch()]})
+    cand = _record("0.1.6", {"a": [_batch(rel=(6e-3, 6.2e-3, 5.8e-3))]})
+    cmp = compare_kernel_records([base], [cand])
+    (v,) = cmp.verdicts
+    assert v.verdict is Verdict.REGRESSED
+    assert v.delta_rel_err == pytest.approx(4e-3)
+    # noise: 3 x sqrt(sem_b^2 + sem_c^2) with sd 2e-4 per side of 3 draws -> 4.9e-4 < floor
+    assert v.noise_rel_err == pytest.approx(1.6e-3)
+    assert cmp.exit_code == 1
+    assert "REGRESSION" in cmp.to_markdown()
+
+
+def test_an_increase_inside_the_draw_spread_is_not_a_regression() -> None:
+    noisy = (1e-3, 9e-3, 5e-3)
+    base = _record("0.1.5", {"a": [_batch(rel=noisy)]})
+    cand = _record("0.1.6", {"a": [_batch(rel=(3e-3, 1.1e-2, 7e-3))]})  # +2e-3 on each draw
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.verdict is Verdict.SAME
+    assert v.noise_rel_err == pytest.approx(3 * math.sqrt(2 * 16e-6 / 3))
+
+
+def test_lower_error_is_an_improvement_and_passes() -> None:
+    base = _record("0.1.5", {"a": [_batch(rel=(9e-3, 9.1e-3, 8.9e-3))]})
+    cand = _record("0.1.6", {"a": [_batch()]})
+    cmp = compare_kernel_records([base], [cand])
+    assert cmp.verdicts[0].verdict is Verdict.IMPROVED
+    assert cmp.exit_code == 0
+
+
+def test_hang_or_build_failure_after_good_numbers_is_newly_broken() -> None:
+    base = _record("0.1.5", {"a": [_batch()], "b": [_batch()]})
+    cand = _record("0.1.6", {"a": "hang", "b": [{"m": 64, "error": "RuntimeError: CUDA error"}]})
+    cmp = compare_kernel_records([base], [cand])
+    by_case = {(v.case, v.m): v for v in cmp.verdicts}
+    assert by_case[("a", 64)].verdict is Verdict.MISSING
+    assert by_case[("a", None)].verdict is Verdict.NEW
+    assert by_case[("b", 64)].verdict is Verdict.NEWLY_BROKEN
+    assert by_case[("b", 64)].note == "RuntimeError: CUDA error"
+    assert cmp.exit_code == 1
+
+
+def test_a_whole_case_broken_on_both_sides_is_still_broken_and_fixed_is_fine() -> None:
+    base = _record("0.1.5", {"a": "unsupported", "b": "hang"})
+    cand = _record("0.1.6", {"a": "unsupported", "b": "hang"})
+    cmp = compare_kernel_records([base], [cand])
+    assert {v.verdict for v in cmp.verdicts} == {Verdict.STILL_BROKEN}
+    assert cmp.exit_code == 0
+    fixed = compare_kernel_records([_record("0.1.5", {"a": [{"m": 64, "error": "x"}]})],
+                                   [_record("0.1.6", {"a": [_batch()]})])
+    assert fixed.verdicts[0].verdict is Verdict.FIXED
+    assert fixed.exit_code == 0
+
+
+def test_nan_output_is_newly_broken() -> None:
+    cmp = compare_kernel_records([_record("0.1.5", {"a": [_batch()]})],
+                                 [_record("0.1.6", {"a": [_batch(nan=5)]})])
+    assert cmp.verdicts[0].verdict is Verdict.NEWLY_BROKEN
+    assert cmp.verdicts[0].candidate is not None
+    assert cmp.verdicts[0].candidate.state is CaseState.NONFINITE
+
+
+def test_time_ratio_outside_the_measured_spread_is_slower() -> None:
+    base = _record("0.1.5", {"a": [_batch(time_ms=1.0, mad_ms=0.01)]})
+    slower = _record("0.1.6", {"a": [_batch(time_ms=1.2, mad_ms=0.012)]})
+    cmp = compare_kernel_records([base], [slower])
+    (v,) = cmp.verdicts
+    assert v.time is TimeVerdict.SLOWER
+    assert v.time_ratio == pytest.approx(1.2)
+    assert v.time_noise == pytest.approx(3 * math.sqrt(2) * 1.4826 * 0.01)
+    assert cmp.exit_code == 0  # numbers are the same; speed fails only when asked
+    assert compare_kernel_records([base], [slower], fail_on_slowdown=True).exit_code == 1
+    jittery = _record("0.1.6", {"a": [_batch(time_ms=1.2, mad_ms=0.1)]})
+    assert compare_kernel_records([base], [jittery]).verdicts[0].time is TimeVerdict.SAME
+
+
+def test_runs_pooled_per_side_widen_the_time_noise_by_their_spread() -> None:
+    base = [_record("0.1.5", {"a": [_batch(time_ms=t, mad_ms=0.001)]}, run_id=f"b{t}")
+            for t in (1.0, 1.1)]
+    cand = [_record("0.1.6", {"a": [_batch(time_ms=1.12, mad_ms=0.001)]})]
+    (v,) = compare_kernel_records(base, cand).verdicts
+    # two baseline runs 10 % apart: a 7 % difference to their median is noise
+    assert v.time is TimeVerdict.SAME
+    assert v.baseline is not None
+    assert len(v.baseline.rel_err) == 6
+
+
+def test_different_inputs_are_incomparable() -> None:
+    base = _record("0.1.5", {"a": [_batch()]})
+    cand = _record("0.1.6", {"a": [_batch(input_sha256="other")]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.verdict is Verdict.INCOMPARABLE
+
+
+def test_compare_reads_record_files_and_writes_json(tmp_path: Path) -> None:
+    b = write_record(tmp_path / "b", _record("0.1.5", {"a": [_batch()]}))
+    c = write_record(tmp_path / "c", _record("0.1.6", {"a": [_batch(rel=(1.0, 1.0, 1.0))]}))
+    cmp = compare_kernel_records([b], [c])
+    data = json.loads(json.dumps(cmp.to_json()))
+    assert data["regression"] is True
+    assert data["exit_code"] == 1
+    assert data["verdicts"][0]["verdict"] == "regressed"
+    assert data["verdicts"][0]["candidate"]["state"] == "fail"
+
+
+def test_a_gsm8k_record_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "gsm8k.json"
+    path.write_text(json.dumps({"schema_version": 1, "kind": "gsm8k"}))
+    with pytest.raises(RecordError, match=r"gsm8k\.json: kind: expected 'kernels', got 'gsm8k'"):
+        compare_kernel_records([path], [path])
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema_version": 1, "kind": "kernels", "run_id": "x",
+                               "environment": {}, "cases": [{"name": "a", "state": "weird",
+                                                             "batches": []}]}))
+    with pytest.raises(RecordError, match=r"bad\.json: cases\[0\]\.state: unknown state 'weird'"):
+        load_kernel_record(bad)

@@ -1,0 +1,111 @@
+"""The watchdog against a stand-in worker: real subprocesses, process groups, event files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from humming_matrix.kernels.cases import SUITE
+from humming_matrix.kernels.watchdog import Watchdog
+
+DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kernel_worker_double.py"
+WORKER = (sys.executable, str(DOUBLE))
+CASES = [c.to_json() for c in SUITE[:4]]
+NAMES = [c["name"] for c in CASES]
+
+
+def _plan() -> dict[str, Any]:
+    return {"cases": CASES, "batch_sizes": [1, 2048], "draws": 2, "repeats": 5, "seed": 0,
+            "ceilings": True}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); it is not running.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _policy(monkeypatch: pytest.MonkeyPatch, **policy: Any) -> None:
+    monkeypatch.setenv("KERNEL_WORKER_DOUBLE", json.dumps(policy))
+
+
+def test_every_case_runs_in_one_worker_when_nothing_goes_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch)
+    run = Watchdog(timeout_s=30, worker=WORKER).run(_plan(), tmp_path)
+    assert run.launches == 1
+    assert [r["case"]["name"] for r in run.results] == NAMES
+    assert [len(r["batches"]) for r in run.results] == [2, 2, 2, 2]
+    assert run.ceilings == {"bf16_tflops": 800.0, "copy_gbps": 4300.0}
+    assert run.env["humming_kernels"] == "0.0.0-double"
+
+
+def test_a_hung_case_is_a_result_and_the_next_case_runs_in_a_fresh_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = tmp_path / "pids"
+    _policy(monkeypatch, cases={NAMES[1]: "hang"}, pids=str(pids))
+    began = time.monotonic()
+    run = Watchdog(timeout_s=1.5, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path / "w")
+    assert time.monotonic() - began < 30
+    states = [r.get("state") for r in run.results]
+    assert states == [None, "hang", None, None]
+    assert "no progress for 1.5 s" in run.results[1]["reason"]
+    assert run.launches == 2
+    launched = [tuple(map(int, line.split())) for line in pids.read_text().splitlines()]
+    assert len(launched) == 2
+    hung_pid, hung_child = launched[0]
+    # The whole group of the hung worker is gone, its child included: nothing is orphaned.
+    assert not _alive(hung_pid)
+    assert not _alive(hung_child)
+    # Ceilings are measured by the first worker only.
+    plans = sorted((tmp_path / "w").glob("plan-*.json"))
+    assert [json.loads(p.read_text())["ceilings"] for p in plans] == [True, False]
+    assert [json.loads(p.read_text())["start"] for p in plans] == [0, 2]
+
+
+def test_a_crash_mid_case_is_recorded_with_status_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch, cases={NAMES[0]: "crash"})
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
+    assert run.results[0]["state"] == "crash"
+    assert run.results[0]["reason"] == "worker exited with status 7 during the case"
+    assert [r.get("state") for r in run.results[1:]] == [None, None, None]
+    assert run.launches == 2
+
+
+def test_after_a_case_that_raised_a_fresh_worker_takes_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch, cases={NAMES[2]: "error"})
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
+    assert run.launches == 2
+    assert "illegal memory access" in run.results[2]["batches"][0]["error"]
+    assert run.results[3]["batches"][0]["rel_err"] == [1e-3, 1e-3]
+
+
+def test_an_unimportable_humming_makes_every_case_unsupported_with_the_loader_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    message = "OSError: libhumming_launcher.so: undefined symbol: _ZN3c104cuda"
+    _policy(monkeypatch, import_error=message)
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
+    assert run.import_error == message
+    assert {r["state"] for r in run.results} == {"unsupported"}
+    assert run.results[0]["reason"] == f"import humming: {message}"
+    assert run.launches == 1
