@@ -15,7 +15,7 @@ from humming_matrix import __version__
 from humming_matrix.errors import ExitCode, HummingMatrixError, ServerError
 
 # One entry per subcommand module in this package, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("run", "slots", "pipeline", "compare", "report", "lm_eval")
+COMMANDS: tuple[str, ...] = ("run", "slots", "pipeline", "compare", "report", "lm_eval", "kernels")
 
 
 class _Parser(argparse.ArgumentParser):
