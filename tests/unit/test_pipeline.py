@@ -381,3 +381,19 @@ def test_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
                 "--output", str(target)) == ""
     keys = [s.get("key") for s in yaml.safe_load(target.read_text())["steps"]]
     assert keys == ["humming-0_1_6", "humming-0_1_6-cu130", None, "humming-matrix-report"]
+
+
+def _fenced_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_docs_show_what_the_code_emits(capsys: pytest.CaptureFixture[str]) -> None:
+    docs = (REPO / "docs" / "scale-out.md").read_text()
+    yaml_blocks = _fenced_blocks(docs, "yaml")
+    emitted = emit(capsys, "--format", "buildkite", "--tag", "humming-0.1.19",
+                   "--optional", "cu128", "--env", "HF_HOME=/mnt/hf")
+    assert emitted in yaml_blocks
+    assert WORKFLOW.read_text() in yaml_blocks
+    [entry] = _fenced_blocks(docs, "json")
+    first = json.loads(emit(capsys, "--format", "github", "--tag", "humming-0.1.19"))
+    assert json.loads(entry) == first["include"][0]
