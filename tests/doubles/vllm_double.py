@@ -34,7 +34,10 @@ config's `env`, which also checks that the config env reaches the server). Keys,
   no_marker: [index...]       (lm-eval mode) answered correctly but without `####`, so only
                               lm-eval's flexible-extract filter finds the number
   lm_eval_log: path           (lm-eval mode) append one JSON line per completion request:
-                              {index, model, max_tokens, temperature, stop, seed, shots}
+                              {index, model, max_tokens, temperature, stop, seed, shots, turns}
+                              In lm-eval mode /v1/chat/completions answers too (lm-eval's
+                              `local-chat-completions`): the last user message is the prompt;
+                              `turns` counts the chat's messages (0 for /v1/completions).
 """
 
 from __future__ import annotations
@@ -118,7 +121,27 @@ class Double:
             return "double answers generation requests only (no echo/logprobs)"
         return None
 
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def chat(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """lm-eval's `local-chat-completions`: the last user message is the question's prompt
+        (the shots come before it, in it or as earlier turns); answered as `answer` would."""
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return 400, {"error": "double expects messages as a list of objects"}
+        users = [m.get("content") for m in messages if m.get("role") == "user"]
+        if not users or not isinstance(users[-1], str):
+            return 400, {"error": "double expects a user message"}
+        earlier = "".join(str(m.get("content", "")) for m in messages[:-1])
+        code, payload = self.answer({**body, "prompt": users[-1].rstrip()},
+                                    extra_shots=earlier.count("Question: "),
+                                    turns=len(messages))
+        if code == 200:
+            text = payload["choices"][0].pop("text")
+            payload["choices"][0]["message"] = {"role": "assistant", "content": text}
+            payload["object"] = "chat.completion"
+        return code, payload
+
+    def answer(self, body: dict[str, Any], extra_shots: int = 0,
+               turns: int = 0) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.requests += 1
             n = self.requests
@@ -147,7 +170,8 @@ class Double:
         if lm_eval and "lm_eval_log" in self.policy:
             entry = {key: body.get(key) for key in ("model", "max_tokens", "temperature", "stop",
                                                     "seed")}
-            entry.update(index=index, shots=prompt.count("Question: ") - 1)
+            entry.update(index=index, shots=prompt.count("Question: ") - 1 + extra_shots,
+                         turns=turns)
             with self.lock, open(self.policy["lm_eval_log"], "a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
         if "log_requests" in self.policy:
@@ -209,6 +233,10 @@ def _handler(double: Double) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path == "/v1/chat/completions" and double.policy.get("lm_eval"):
+                code, payload = double.chat(body)
+                self._send(code, payload)
+                return
             if self.path != "/v1/completions":
                 self._send(404, {"error": "not found"})
                 return

@@ -155,6 +155,51 @@ def test_pytest_entry_and_paired_judging_of_two_lm_eval_runs(tmp_path: Path) -> 
     assert decide(table, Settings()) is CompareVerdict.REGRESSION
 
 
+# vLLM's NVIDIA-Nemotron-3-Nano-30B-A3B-FP8.yaml with limit 20 and multi-turn shots.
+CHAT_CONFIG = """\
+model_name: "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-FP8"
+tasks:
+- name: "gsm8k"
+  metrics:
+  - name: "exact_match,strict-match"
+    value: 0.7142
+  - name: "exact_match,flexible-extract"
+    value: 0.4579
+env_vars:
+  VLLM_USE_FLASHINFER_MOE_FP8: "1"
+limit: 20
+num_fewshot: 5
+max_model_len: 262144
+kv_cache_dtype: fp8
+enforce_eager: false
+apply_chat_template: true
+fewshot_as_multiturn: true
+"""
+
+
+def test_a_chat_template_config_runs_through_the_chat_endpoint(tmp_path: Path) -> None:
+    asked, state = tmp_path / "asked.jsonl", tmp_path / "double.json"
+    config = tmp_path / "Nemotron.yaml"
+    config.write_text(CHAT_CONFIG, encoding="utf-8")
+    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store",
+               env=policy(wrong=[4], no_marker=[7], lm_eval_log=str(asked), record=str(state),
+                          record_env=["VLLM_USE_FLASHINFER_MOE_FP8"]))
+
+    assert done.returncode == 0, done.stderr
+    record = only_record(tmp_path / "store")
+    assert record.outcomes("gsm8k", STRICT) == {i: i not in {4, 7} for i in range(20)}
+    assert record.outcomes("gsm8k", FLEXIBLE) == {i: i != 4 for i in range(20)}
+    assert [c.measured for c in record.checks] == [0.9, 0.95]
+    assert record.lm_eval["model"] == "local-chat-completions"
+    requests = [json.loads(line) for line in asked.read_text().splitlines()]
+    # Five shots as five user/assistant pairs before the question: eleven messages.
+    assert {(r["shots"], r["turns"]) for r in requests} == {(5, 11)}
+    seen = json.loads(state.read_text())
+    assert seen["argv"][2:9] == ["--tensor-parallel-size", "1", "--max-model-len", "262144",
+                                 "--kv-cache-dtype", "fp8", "--trust-remote-code"]
+    assert seen["env"] == {"VLLM_USE_FLASHINFER_MOE_FP8": "1"}
+
+
 def processes_mentioning(text: str) -> list[int]:
     """Live processes whose command line contains `text`."""
     found = []

@@ -95,6 +95,16 @@ def test_own_server_args_are_appended_after_the_translated_flags(tmp_path: Path)
     assert config.num_concurrent == 4
 
 
+def test_a_chat_template_config_asks_the_chat_endpoint(tmp_path: Path) -> None:
+    plain = load_lm_eval_config(write(tmp_path, LLAMA_FP8, "plain.yaml"))
+    assert (plain.lm_eval_model, plain.endpoint_path) == ("local-completions", "/v1/completions")
+    chat = load_lm_eval_config(write(tmp_path, LLAMA_FP8 + "apply_chat_template: true\n"
+                                     "fewshot_as_multiturn: true\n", "chat.yaml"))
+    assert (chat.lm_eval_model, chat.endpoint_path) == ("local-chat-completions",
+                                                        "/v1/chat/completions")
+    assert chat.fewshot_as_multiturn
+
+
 def test_a_bare_metric_name_is_its_none_filter(tmp_path: Path) -> None:
     text = LLAMA_FP8.replace('"exact_match,strict-match"', '"exact_match"')
     config = load_lm_eval_config(write(tmp_path, text))
@@ -115,8 +125,8 @@ def test_a_bare_metric_name_is_its_none_filter(tmp_path: Path) -> None:
         (lambda t: t.replace('- name: "gsm8k"', '- nam: "gsm8k"'), "tasks[0].nam",
          "unknown key"),
         (lambda t: t + "backend: vllm-vlm\n", "backend", "'vllm-vlm' is not supported"),
-        (lambda t: t + "apply_chat_template: true\n", "apply_chat_template",
-         "true is not supported yet"),
+        (lambda t: t + "apply_chat_template: yes please\n", "apply_chat_template",
+         "expected boolean, got str"),
         (lambda t: t + "rtol: 1.5\n", "rtol", "must be at least 0 and below 1"),
         (lambda t: t + "enforce_eager: 1\n", "enforce_eager", "expected boolean, got int 1"),
         (lambda t: t + "num_concurrent: true\n", "num_concurrent", "expected int, got bool"),

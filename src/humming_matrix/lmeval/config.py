@@ -129,6 +129,7 @@ class LmEvalConfig:
     attention_backend: str | None = None
     moe_backend: str | None = None
     tokenizer_mode: str | None = None
+    apply_chat_template: bool = False
     fewshot_as_multiturn: bool = False
     gen_kwargs: str | Mapping[str, Any] | None = None
     server_args: tuple[str, ...] = ()
@@ -141,6 +142,16 @@ class LmEvalConfig:
     @property
     def name(self) -> str:
         return self.path.stem
+
+    @property
+    def lm_eval_model(self) -> str:
+        """vLLM's harness renders the chat template in-process when `apply_chat_template` is
+        set; through a server, the server renders it, so lm-eval sends chat messages."""
+        return "local-chat-completions" if self.apply_chat_template else "local-completions"
+
+    @property
+    def endpoint_path(self) -> str:
+        return "/v1/chat/completions" if self.apply_chat_template else "/v1/completions"
 
     def serve_args(self, tp_size: int = 1) -> tuple[str, ...]:
         """The engine settings vLLM's harness passes as `model_args`, as `vllm serve` flags.
@@ -305,9 +316,6 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
         raise ConfigError(path, "backend", f"{backend!r} is not supported: this suite asks a "
                           "text completions server (lm-eval local-completions), as backend "
                           "'vllm' does in-process")
-    if raw.get("apply_chat_template"):
-        raise ConfigError(path, "apply_chat_template", "true is not supported yet: it needs "
-                          "lm-eval's local-chat-completions against /v1/chat/completions")
     batch_size = raw.get("batch_size")
     if isinstance(batch_size, str) and batch_size != "auto" and not batch_size.startswith("auto:"):
         raise ConfigError(path, "batch_size", f"expected an int or 'auto', got {batch_size!r}")
@@ -330,6 +338,7 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
         attention_backend=raw.get("attention_backend"),
         moe_backend=raw.get("moe_backend"),
         tokenizer_mode=raw.get("tokenizer_mode"),
+        apply_chat_template=raw.get("apply_chat_template", False),
         fewshot_as_multiturn=raw.get("fewshot_as_multiturn", False),
         gen_kwargs=raw.get("gen_kwargs"),
         server_args=_server_args(path, raw.get("server_args", "")),

@@ -71,11 +71,12 @@ def effective_limit(config: LmEvalConfig, cap: int | None) -> int | float | None
 
 
 def model_args(config: LmEvalConfig, url: str) -> dict[str, Any]:
-    """lm-eval's `local-completions` against our server: the server tokenizes (no tokenizer
-    download), one prompt per request, `num_concurrent` requests in flight."""
+    """lm-eval's `local-completions` (or `local-chat-completions`) against our server: the
+    server tokenizes (no tokenizer download), one prompt per request, `num_concurrent` requests
+    in flight."""
     return {
         "model": config.model_name,
-        "base_url": url.rstrip("/") + "/v1/completions",
+        "base_url": url.rstrip("/") + config.endpoint_path,
         "tokenizer_backend": None,
         "tokenized_requests": False,
         "num_concurrent": config.num_concurrent,
@@ -198,13 +199,14 @@ class LmEvalSuite:
             server=server_info,
             lm_eval={
                 "version": output.get("lm_eval_version"),
-                "model": "local-completions",
+                "model": config.lm_eval_model,
                 "model_args": model_args(config, str(server_info.get("endpoint", ""))),
                 "tasks": [t.name for t in config.tasks],
                 "local_tasks": list(tasks.local),
                 "num_fewshot": config.num_fewshot,
                 "limit": limit,
                 "gen_kwargs": config.gen_kwargs,
+                "apply_chat_template": config.apply_chat_template,
                 "fewshot_as_multiturn": config.fewshot_as_multiturn,
                 "n_samples": output.get("n-samples", {}),
                 "log": worker_log.name,
@@ -224,11 +226,13 @@ class LmEvalSuite:
                   offline: bool, scratch: Path, log_path: Path,
                   check: Callable[[], None]) -> dict[str, Any]:
         request = {
+            "model": config.lm_eval_model,
             "model_args": model_args(config, url),
             "tasks": [t.name for t in config.tasks],
             "num_fewshot": config.num_fewshot,
             "limit": limit,
             "gen_kwargs": config.gen_kwargs,
+            "apply_chat_template": config.apply_chat_template,
             "fewshot_as_multiturn": config.fewshot_as_multiturn,
             "include_path": str(scratch / "tasks"),
             # Indexing lm-eval's thousands of built-in tasks costs seconds; skip it when every

@@ -51,14 +51,14 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         print(f"lm-eval knows no task named {', '.join(unknown)}", file=sys.stderr)
         sys.exit(EXIT_UNKNOWN_TASK)
     results = lm_eval.simple_evaluate(
-        model="local-completions",
+        model=request["model"],
         model_args=request["model_args"],
         tasks=request["tasks"],
         num_fewshot=request["num_fewshot"],
         limit=request["limit"],
         batch_size=1,
         gen_kwargs=request["gen_kwargs"],
-        apply_chat_template=False,
+        apply_chat_template=request["apply_chat_template"],
         fewshot_as_multiturn=request["fewshot_as_multiturn"],
         log_samples=True,
         task_manager=manager,
