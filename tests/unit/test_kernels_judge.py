@@ -203,3 +203,23 @@ def test_a_gsm8k_record_is_refused_naming_the_file(tmp_path: Path) -> None:
                                                              "batches": []}]}))
     with pytest.raises(RecordError, match=r"bad\.json: cases\[0\]\.state: unknown state 'weird'"):
         load_kernel_record(bad)
+
+
+def test_an_erratic_out_of_tolerance_candidate_cannot_hide_behind_its_spread() -> None:
+    # Seen on the H200 (GPTQ at m=2048 with humming 0.1.12): two draws 0.13 and 0.05, so wide
+    # that the spread-based noise alone (0.13) would swallow the 0.09 increase.
+    base = _record("0.1.11", {"a": [_batch(rel=(2.2e-3, 2.2e-3))]})
+    cand = _record("0.1.12", {"a": [_batch(rel=(0.134, 0.049))]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.noise_rel_err is not None
+    assert v.delta_rel_err is not None
+    assert v.noise_rel_err > v.delta_rel_err
+    assert v.verdict is Verdict.REGRESSED
+    assert v.note == "out of tolerance; the baseline was within it"
+
+
+def test_an_error_turning_into_out_of_tolerance_numbers_is_still_broken_not_fixed() -> None:
+    base = _record("0.1.0", {"a": [{"m": 64, "error": "AssertionError"}]})
+    cand = _record("0.1.12", {"a": [_batch(rel=(1.0, 1.0))]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.verdict is Verdict.STILL_BROKEN

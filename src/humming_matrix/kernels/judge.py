@@ -10,6 +10,8 @@ Two sets of runs (`compare_kernel_records`). Per case and batch size:
 
 * `newly-broken`: the baseline produced finite numbers and the candidate does not (NaN, Inf,
   hang, crash, error, build failure or unsupported);
+* `regressed` also when the candidate is out of the run tolerance (`fail`) and the baseline was
+  not, however erratic the candidate's draws (a race makes them so);
 * `regressed` / `improved`: the mean relative error (or the worst channel's) moved by more than
   the noise, where noise = 3 x the standard error of the difference of means over the input draws
   (each run draws `draws` independent activation sets, and several records per side pool their
@@ -117,7 +119,7 @@ class Verdict(str, Enum):
     IMPROVED = "improved"
     REGRESSED = "regressed"
     NEWLY_BROKEN = "newly-broken"
-    FIXED = "fixed"
+    FIXED = "fixed"  # broken (or out of tolerance) before, within tolerance now
     STILL_BROKEN = "still-broken"
     NEW = "new"  # no baseline for this case or batch size
     MISSING = "missing"  # the candidate did not run it
@@ -427,7 +429,8 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         note = c.reason or c.state.value
         return CaseVerdict(name, m, Verdict.NEWLY_BROKEN, TimeVerdict.UNKNOWN, b, c, note=note)
     if not b_ok:
-        return CaseVerdict(name, m, Verdict.FIXED, TimeVerdict.UNKNOWN, b, c)
+        fixed = Verdict.FIXED if c.state is CaseState.OK else Verdict.STILL_BROKEN
+        return CaseVerdict(name, m, fixed, TimeVerdict.UNKNOWN, b, c)
     if b.input_sha256 and c.input_sha256 and b.input_sha256 != c.input_sha256:
         return CaseVerdict(
             name, m, Verdict.INCOMPARABLE, TimeVerdict.UNKNOWN, b, c,
@@ -436,8 +439,13 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
     if not b.rel_err or not c.rel_err:
         return CaseVerdict(name, m, Verdict.SAME, TimeVerdict.UNKNOWN, b, c)
     verdict, delta, noise = _numeric_verdict(b, c)
+    note = ""
+    if b.state is CaseState.OK and c.state is CaseState.FAIL:
+        # An erratic candidate must not hide behind its own spread: out of tolerance after a
+        # baseline within it is a regression whatever the noise estimate says.
+        verdict, note = Verdict.REGRESSED, "out of tolerance; the baseline was within it"
     tv, ratio, tnoise = _time_verdict(b, c)
-    return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise)
+    return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise, note=note)
 
 
 def _versions(records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
