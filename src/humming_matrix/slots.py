@@ -197,7 +197,10 @@ class SlotPool:
 
     def _ensure_directory(self) -> None:
         if not self.directory.is_dir():
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _unusable(self.directory, exc) from None
             with contextlib.suppress(PermissionError):
                 self.directory.chmod(0o777)
 
@@ -289,8 +292,13 @@ class SlotPool:
             with self._pool_lock():
                 taken = self._try_take(count)
                 if taken:
-                    for device, _ in taken:
-                        self._write_owner(device, owner)
+                    try:
+                        for device, _ in taken:
+                            self._write_owner(device, owner)
+                    except BaseException:
+                        for _, fd in taken:
+                            os.close(fd)
+                        raise
                     break
                 holders = self._holders_locked()
             if deadline is not None and self._clock() >= deadline:
@@ -316,8 +324,18 @@ class SlotPool:
                 os.close(fd)
 
 
+def _unusable(directory: Path, exc: OSError) -> UsageError:
+    return UsageError(
+        f"GPU slot pool {directory}: {exc.strerror or exc}; set {SLOT_DIR_ENV} to a writable"
+        " directory on a local disk"
+    )
+
+
 def _open_lock_file(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise _unusable(path.parent, exc) from None
     # Agents of different users on one host must be able to open the same lock file; umask
     # would otherwise strip the group and other bits.
     with contextlib.suppress(PermissionError):

@@ -251,6 +251,17 @@ def test_bad_usage_is_one_line_and_exit_2(jobs: Jobs) -> None:
         proc = jobs.start(f"bad{i}", *args)
         assert proc.wait(timeout=WAIT_S) == 2, args
         assert jobs.stderr(f"bad{i}") == f"humming-matrix: error: {message}\n"
+    (jobs.tmp / "a-file").write_text("")
+    unusable = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "slots", "--gpus", "1", "--", "true"],
+        env={**jobs.env, "HUMMING_MATRIX_SLOT_DIR": str(jobs.tmp / "a-file" / "pool")},
+        capture_output=True, text=True, check=False,
+    )
+    assert unusable.returncode == 2
+    assert unusable.stderr == (
+        f"humming-matrix: error: GPU slot pool {jobs.tmp / 'a-file' / 'pool'}: Not a directory;"
+        " set HUMMING_MATRIX_SLOT_DIR to a writable directory on a local disk\n"
+    )
     missing = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "slots", "--gpus", "1", "--",
          str(jobs.tmp / "no-such-program")],
