@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from humming_matrix.cli import build_parser
 from humming_matrix.cli.kernels import handle
-from humming_matrix.errors import ExitCode, UntestableError
+from humming_matrix.errors import ExitCode, InfrastructureError, UntestableError
 from humming_matrix.results import RecordKind, record_paths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,3 +110,35 @@ def test_bad_usage_is_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.startswith("humming-matrix: error: --cases 'nope*' matches no case; ")
     assert done.stderr.count("\n") == 1
+
+
+def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = tmp_path / "pids"
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    try:
+        with pytest.raises(InfrastructureError, match="interrupted after 2 of 4 cases") as info:
+            _run(tmp_path, monkeypatch,
+                 {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "hang"}, "pids": str(pids)},
+                 "--timeout", "120")
+    finally:
+        timer.cancel()
+    assert info.value.exit_code == 3
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    record = json.loads(path.read_text())
+    assert record["complete"] is False
+    assert [c["state"] for c in record["cases"]] == ["ok", "ok"]
+    (worker, child) = map(int, pids.read_text().split())
+    assert not _running(worker)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for init; it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

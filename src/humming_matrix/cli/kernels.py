@@ -2,13 +2,15 @@
 
 Exit 0 when every case that this release can build is within tolerance (unsupported cases do not
 fail the run), 1 when a case is out of tolerance, non-finite, errored, hung or crashed, 3 when no
-CUDA GPU is usable, 125 when humming cannot even be imported (a bisect skips such a version).
-The record is written in every case but the no-GPU one.
+CUDA GPU is usable or the run was interrupted (SIGTERM, Ctrl-C: the cases that finished are saved
+in a record marked `"complete": false`), 125 when humming cannot even be imported (a bisect skips
+such a version). The record is written in every case but the no-GPU one.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.environment import capture
-from humming_matrix.errors import ExitCode, NoGPUError, UntestableError, UsageError
+from humming_matrix.errors import (
+    ExitCode,
+    InfrastructureError,
+    NoGPUError,
+    UntestableError,
+    UsageError,
+)
 from humming_matrix.kernels.cases import (
     DEFAULT_BATCH_SIZES,
     parse_batch_sizes,
@@ -43,6 +51,14 @@ _GPU_CHECK = (
     "if not torch.cuda.is_available():\n"
     "    sys.exit(f'torch {torch.__version__} sees no CUDA GPU')\n"
 )
+
+
+class _Terminated(Exception):
+    """SIGTERM (a CI job's timeout, nox's interrupt): stop, but save what finished."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def gpu_problem() -> str | None:
@@ -115,15 +131,28 @@ def handle(
         "gpu_lock": str(args.gpu_lock) if args.gpu_lock else None,
     }
     watchdog = Watchdog(timeout_s=args.timeout, worker=worker)
-    if args.workdir is not None:
-        run = watchdog.run(plan, args.workdir)
-    else:
-        with tempfile.TemporaryDirectory(prefix="humming-kernels-") as work:
-            run = watchdog.run(plan, Path(work))
-    record = build_record(run, settings, capture(), new_run_id(), utc_now_iso())
+    complete = True
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        if args.workdir is not None:
+            run = watchdog.run(plan, args.workdir)
+        else:
+            with tempfile.TemporaryDirectory(prefix="humming-kernels-") as work:
+                run = watchdog.run(plan, Path(work))
+    except (_Terminated, KeyboardInterrupt):
+        # The worker's process group is already gone (the watchdog's context manager); keep
+        # what finished.
+        run, complete = watchdog.progress.snapshot(), False
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    record = build_record(run, settings, capture(), new_run_id(), utc_now_iso(), complete)
     path = write_record(args.results, record)
     print(versions_table([record]))
     print(f"record: {path}")
+    if not complete:
+        raise InfrastructureError(
+            f"interrupted after {len(run.results)} of {len(cases)} cases; partial record {path}"
+        )
     if run.import_error is not None:
         raise UntestableError(f"humming cannot be imported here ({run.import_error}); see {path}")
     state = overall_state(record)

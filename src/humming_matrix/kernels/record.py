@@ -67,6 +67,7 @@ def build_record(
     environment: Mapping[str, Any],
     run_id: str,
     created: str,
+    complete: bool = True,
 ) -> dict[str, Any]:
     cases = []
     for result in run.results:
@@ -87,7 +88,7 @@ def build_record(
         "kind": RecordKind.KERNELS.value,
         "run_id": run_id,
         "created": created,
-        "complete": True,
+        "complete": complete,
         "environment": env,
         "settings": settings.to_json(),
         "ceilings": run.ceilings,

@@ -92,6 +92,27 @@ class _EventReader:
         return events
 
 
+@dataclass
+class _Progress:
+    """What the workers have reported so far (kept on the watchdog so an interrupted run can
+    still save the cases that finished)."""
+
+    results: dict[int, dict[str, Any]] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    ceilings: dict[str, float] | None = None
+    import_error: str | None = None
+    launches: int = 0
+
+    def snapshot(self) -> SuiteRun:
+        return SuiteRun(
+            results=tuple(self.results[i] for i in sorted(self.results)),
+            env=self.env,
+            ceilings=self.ceilings,
+            import_error=self.import_error,
+            launches=self.launches,
+        )
+
+
 class Watchdog:
     def __init__(
         self,
@@ -100,27 +121,24 @@ class Watchdog:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_s: float = 0.2,
-        env: dict[str, str] | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.worker = tuple(worker)
         self.clock = clock
         self.sleep = sleep
         self.poll_s = poll_s
-        self.env = env
+        self.progress = _Progress()
 
     def run(self, plan: dict[str, Any], workdir: Path) -> SuiteRun:
         """Run every case of `plan` (its "cases" list), `workdir` holding plans, events and logs."""
         workdir.mkdir(parents=True, exist_ok=True)
         total = len(plan["cases"])
-        results: dict[int, dict[str, Any]] = {}
-        env: dict[str, Any] = {}
-        ceilings: dict[str, float] | None = None
-        import_error: str | None = None
-        launches = 0
+        p = self.progress = _Progress()
+        results = p.results
         start = 0
-        while start < total and import_error is None:
-            launches += 1
+        while start < total and p.import_error is None:
+            p.launches += 1
+            launches = p.launches
             # Ceilings are measured once, by the first worker.
             ceil = bool(plan.get("ceilings")) and launches == 1
             launch_plan = dict(plan, start=start, ceilings=ceil)
@@ -139,13 +157,13 @@ class Watchdog:
                     for event in events:
                         kind = event.get("event")
                         if kind == "env":
-                            env = {k: v for k, v in event.items() if k not in ("event", "time")}
+                            p.env = {k: v for k, v in event.items() if k not in ("event", "time")}
                         elif kind == "ceilings":
-                            ceilings = {
+                            p.ceilings = {
                                 k: float(v) for k, v in event.items() if k not in ("event", "time")
                             }
                         elif kind == "import_error":
-                            import_error = str(event.get("message", ""))
+                            p.import_error = str(event.get("message", ""))
                         elif kind == "start":
                             current = int(event["index"])
                         elif kind == "case":
@@ -159,7 +177,7 @@ class Watchdog:
                                 results[int(event["index"])] = dict(event["result"])
                                 current = None
                             elif event.get("event") == "import_error":
-                                import_error = str(event.get("message", ""))
+                                p.import_error = str(event.get("message", ""))
                         break
                     if self.clock() - last_pulse > self.timeout_s:
                         stalled = current if current is not None else start
@@ -174,7 +192,7 @@ class Watchdog:
                         current = None
                         break
                     self.sleep(self.poll_s)
-            if import_error is not None:
+            if p.import_error is not None:
                 break
             if current is not None and current not in results:
                 results[current] = {
@@ -196,26 +214,20 @@ class Watchdog:
                     "batches": [],
                 }
             start = max(i for i in results if i >= start) + 1
-        if not env and import_error is None and not results:
+        if not p.env and p.import_error is None and not results:
             raise InfrastructureError(f"the kernel worker never reported; see {workdir}")
-        if import_error is not None:
+        if p.import_error is not None:
             for i in range(total):
                 results.setdefault(
                     i,
                     {
                         "case": plan["cases"][i],
                         "state": "unsupported",
-                        "reason": f"import humming: {import_error}",
+                        "reason": f"import humming: {p.import_error}",
                         "batches": [],
                     },
                 )
-        return SuiteRun(
-            results=tuple(results[i] for i in range(total)),
-            env=env,
-            ceilings=ceilings,
-            import_error=import_error,
-            launches=launches,
-        )
+        return p.snapshot()
 
 
 def _tail(path: Path) -> str:
