@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parent
 # The matrix module needs only the standard library and packaging, which nox itself brings.
 sys.path.insert(0, str(REPO / "src"))
 
+from humming_matrix.errors import MatrixError  # noqa: E402
 from humming_matrix.installation import RECORD_NAME  # noqa: E402
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell, load_matrix  # noqa: E402
 
@@ -96,7 +97,12 @@ def _kernels_session(cell: Cell) -> None:
     nox.session(name=cell.kernels_session, python=cell.python, tags=["kernels"])(run_kernels)
 
 
-_MATRIX = load_matrix()
+try:
+    _MATRIX = load_matrix()
+except MatrixError as exc:
+    # Bad matrix data is an input error: one line naming file and key, exit 2, no traceback.
+    print(f"nox: error: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
 for _cell in _MATRIX.session_cells(os.environ.get(EXTRA_VERSIONS_ENV, "").split(",")):
     _cell_session(_cell)
     if _cell.tags:  # the `-<default variant>` alias gets no second kernels session

@@ -23,6 +23,7 @@ humming-kernels (no vLLM, no torch).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import string
 import sys
@@ -260,30 +261,32 @@ class Matrix:
                     parsed = Version(version)
                 except InvalidVersion:
                     break
-                return self.cell_for(parsed, variant or None)
+                found = self.cell_for(parsed, variant or None)
+                # `humming-<v>-<default variant>` names the alias, not the default session.
+                if variant and found.is_default_variant:
+                    found = dataclasses.replace(found, is_default_variant=False)
+                return found
         raise NoPairingError(self.path, None, f"{session!r} is not a matrix session name")
 
     def session_cells(self, extra_versions: Iterable[str] = ()) -> tuple[Cell, ...]:
-        """cells(), plus default and variant cells for each extra (unlisted) version, as a
-        bisect asks for them through EXTRA_VERSIONS_ENV."""
+        """cells(), plus the same sessions for each extra (unlisted) version a range covers, as
+        a bisect asks for them through EXTRA_VERSIONS_ENV."""
         out = list(self.cells())
         names = {c.session for c in out}
         for text in extra_versions:
             if not text.strip():
                 continue
             default = self.cell_for(text.strip())
-            variants = [self.cell_for(default.humming, v.name) for v in self._variants(default)]
+            pairing = next(p for p in self.pairings if p.covers(default.humming))
+            variants = [
+                self._cell(pairing, default.humming, v, False, default.listed)
+                for v in pairing.variants
+            ]
             for candidate in (default, *variants):
                 if candidate.session not in names:
                     names.add(candidate.session)
                     out.append(candidate)
         return tuple(out)
-
-    def _variants(self, cell: Cell) -> tuple[Variant, ...]:
-        for pairing in self.pairings:
-            if pairing.covers(cell.humming):
-                return pairing.variants
-        return ()
 
     def cell_for(self, version: str | Version, variant: str | None = None) -> Cell:
         """The cell for any humming-kernels release a pairing's range covers."""

@@ -281,3 +281,20 @@ def test_a_cell_that_cannot_be_installed_is_untestable(workspace: Path) -> None:
         125,
         None,
     )
+
+
+def test_bad_matrix_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(TEST_MATRIX.replace('versions = ["0.1.4"]', 'versions = ["0.1.4", "0.1.4"]'))
+    done = subprocess.run(
+        [sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"), "-l"],
+        env=dict(os.environ, HUMMING_MATRIX_FILE=str(matrix)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"nox: error: {matrix}: pairing[2].versions: duplicate cell: 0.1.4 listed twice\n"
+    )

@@ -259,3 +259,18 @@ def test_guarded_pins_match_the_matrix_cell_of_their_humming() -> None:
     )
     assert cell.variant.humming_extra == "cu13"
     assert cell.session == "humming-0.1.19"
+
+
+def test_session_names_resolve_and_extra_versions_get_sessions(tmp_path: Path) -> None:
+    matrix = load_matrix(write(tmp_path, SMALL))
+    assert matrix.cell("humming-0.1.12-cu128").session == "humming-0.1.12-cu128"
+    assert matrix.cell("kernels-0.1.12").variant.name == "cu130"
+    assert [matrix.cell(c.session) for c in matrix.session_cells(["0.1.12"])] == list(
+        matrix.session_cells(["0.1.12"])
+    )
+    with pytest.raises(NoPairingError) as info:
+        matrix.cell("lint")
+    assert str(info.value) == f"{tmp_path / 'matrix.toml'}: 'lint' is not a matrix session name"
+    names = [c.session for c in matrix.session_cells(["0.1.12", "", "0.1.19"])]
+    assert names[-3:] == ["humming-0.1.12", "humming-0.1.12-cu128", "humming-0.1.12-cu130"]
+    assert len(names) == len(matrix.cells()) + 3  # 0.1.19 is listed already
