@@ -6,7 +6,8 @@
 # WHEELHOUSE holds humming_kernels-*.whl and the pure-Python wheels they need that the machine
 # lacks (pyelftools for <= 0.1.11). Each version is installed with pip --no-index --no-deps
 # --target into its own folder and run against the preinstalled torch, PARALLEL versions at a
-# time (each with its own HUMMING_CACHE_DIR; use 1 for timings you will quote). Records and logs
+# time (each with its own HUMMING_CACHE_DIR; kernel launches, references and timing loops take
+# turns through one GPU lock, compiles and numpy work overlap). Records and logs
 # go to $OUT (or ./sweep-out) as one tarball; a version still running at DEADLINE_S is stopped.
 set -u
 wheelhouse=$1; deadline=$2; parallel=$3; versions=$4; shift 4
@@ -32,11 +33,24 @@ run_one() {
 }
 export -f run_one
 export work wheelhouse deadline start
-# First version alone: it generates the shared input cache the others load.
-first=${versions%% *}; rest=${versions#"$first"}
-run_one "$first" "$@"
-if [ -n "${rest// /}" ]; then
-    printf '%s\n' $rest | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
-fi
+# Generate the seeded weights once, in parallel (one process per distinct weight set); every
+# version's worker then loads the same bytes from the cache.
+PYTHONPATH="$PWD/src" python3 -c '
+import sys
+from pathlib import Path
+from humming_matrix.kernels.cases import SUITE
+from humming_matrix.kernels.probe import load_weights
+keys = {c.weight_key(): c for c in SUITE}
+print(" ".join(keys))
+' | tr ' ' '\n' | xargs -P 8 -I{} env PYTHONPATH="$PWD/src" python3 -c '
+import sys
+from pathlib import Path
+from humming_matrix.kernels.cases import SUITE
+from humming_matrix.kernels.probe import load_weights
+case = next(c for c in SUITE if c.weight_key() == sys.argv[1])
+load_weights(case, 0, Path(sys.argv[2]))
+' {} "$work/inputs"
+echo "inputs ready after $(( $(date +%s) - start )) s"
+printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
 tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records $(cd "$work" && ls -d work-* cli-*.log 2>/dev/null)
 ls -la "$out"
