@@ -15,7 +15,8 @@ from humming_matrix import __version__
 from humming_matrix.errors import ExitCode, HummingMatrixError, ServerError
 
 # One entry per subcommand module in this package, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("run", "slots", "pipeline", "compare", "report", "lm_eval", "kernels")
+COMMANDS: tuple[str, ...] = ("run", "slots", "kernels", "compare", "report", "bisect", "premerge",
+                              "pipeline", "lm_eval", "session", "preflight")
 
 
 class _Parser(argparse.ArgumentParser):
