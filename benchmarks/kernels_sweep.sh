@@ -18,18 +18,21 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
     "$wheelhouse"/deps/*.whl >"$work/pip-deps.log" 2>&1 || cat "$work/pip-deps.log"
 start=$(date +%s)
 run_one() {
-    v=$1; shift
-    site="$work/site-$v"
+    # "0.1.10#2" is a second run of 0.1.10 (its own folders): run-to-run spread in one call.
+    tag=$1; v=${1%%#*}; shift
+    site="$work/site-${tag//#/-}"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-        "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-$v.log" 2>&1 || {
-        echo "$v: install failed"; cat "$work/pip-$v.log"; return; }
+        "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-${tag//#/-}.log" 2>&1 || {
+        echo "$tag: install failed"; cat "$work/pip-${tag//#/-}.log"; return; }
     left=$(( deadline - ($(date +%s) - start) ))
-    if [ "$left" -lt 20 ]; then echo "$v: skipped, deadline"; return; fi
-    HUMMING_CACHE_DIR="$work/jit-$v" PYTHONPATH="$site:$work/deps:$PWD/src" \
+    if [ "$left" -lt 20 ]; then echo "$tag: skipped, deadline"; return; fi
+    t=${tag//#/-}
+    HUMMING_CACHE_DIR="$work/jit-$t" PYTHONPATH="$site:$work/deps:$PWD/src" \
         timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
-        --input-cache "$work/inputs" --gpu-lock "$work/gpu.lock" --workdir "$work/work-$v" "$@" >"$work/cli-$v.log" 2>&1
-    echo "$v: exit $? after $(( $(date +%s) - start )) s"
-    tail -n 4 "$work/cli-$v.log"
+        --input-cache "$work/inputs" --gpu-lock "$work/gpu.lock" --workdir "$work/work-$t" "$@" \
+        >"$work/cli-$t.log" 2>&1
+    echo "$tag: exit $? after $(( $(date +%s) - start )) s"
+    tail -n 2 "$work/cli-$t.log"
 }
 export -f run_one
 export work wheelhouse deadline start
