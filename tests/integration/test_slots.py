@@ -354,3 +354,44 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+NOXFILE = """\
+import sys
+import nox
+
+@nox.session(venv_backend="none", allow_parallel=True)
+@nox.parametrize("job", ["a", "b", "c", "d"])
+def cell(session, job):
+    session.run(sys.executable, "-m", "humming_matrix", "slots", "--gpus", "1",
+                "--owner", "cell-" + job, "--", sys.executable, {double!r}, job, {log!r},
+                {release!r}, "0", "0.4", external=True)
+"""
+
+
+def test_nox_parallel_sessions_never_share_a_gpu(jobs: Jobs) -> None:
+    """`nox -j 4` over four one-GPU sessions on a two-GPU machine: two at a time, never one GPU
+    twice. Each nox session is its own process, so only the file locks keep them apart."""
+    help_text = subprocess.run([sys.executable, "-m", "nox", "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    if "--parallel" not in help_text:
+        pytest.skip("this nox has no --parallel")
+    jobs.env["HUMMING_MATRIX_GPUS"] = "0,1"
+    noxfile = jobs.tmp / "noxfile.py"
+    noxfile.write_text(NOXFILE.format(double=str(jobs.tmp / "job_double.py"),
+                                      log=str(jobs.log), release=str(jobs.tmp / "release")))
+    done = subprocess.run([sys.executable, "-m", "nox", "-f", str(noxfile), "-j", "4"],
+                          env=jobs.env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    held: dict[str, tuple[str, ...]] = {}
+    most_at_once = 0
+    for name, event, devices, _ in jobs.events():
+        if event == "start":
+            assert len(devices) == 1
+            assert not {d for ds in held.values() for d in ds} & set(devices)
+            held[name] = devices
+            most_at_once = max(most_at_once, len(held))
+        else:
+            del held[name]
+    assert sorted(n for n, e, _, _ in jobs.events() if e == "start") == ["a", "b", "c", "d"]
+    assert most_at_once == 2
