@@ -4,6 +4,7 @@ per-sample outcomes must agree with lm-eval's own reported metrics."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -53,10 +54,14 @@ STRICT, FLEXIBLE = "exact_match,strict-match", "exact_match,flexible-extract"
 
 
 def write_config(directory: Path, name: str = "Model-FP8", *, strict: float = 0.8,
-                 flexible: float = 0.8) -> Path:
+                 flexible: float = 0.8, extra: str = "") -> Path:
     path = directory / f"{name}.yaml"
-    path.write_text(CONFIG.format(strict=strict, flexible=flexible), encoding="utf-8")
+    path.write_text(CONFIG.format(strict=strict, flexible=flexible) + extra, encoding="utf-8")
     return path
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def only_record(store: Path) -> LmEvalRecord:
@@ -227,8 +232,9 @@ def test_a_server_that_dies_mid_run_is_an_infrastructure_failure_leaving_no_proc
     assert done.returncode == 3, done.stderr
     assert "humming-matrix: error: vllm serve exited with code 1 while serving" in done.stderr
     assert iter_lm_eval_records(tmp_path / "store") == []
-    logs = sorted(p.name.rsplit(".", 2)[-2] for p in (tmp_path / "store").iterdir())
+    logs = sorted(p.name.rsplit(".", 2)[-2] for p in (tmp_path / "store").glob("*.log"))
     assert logs == ["lm-eval", "server"]  # both logs kept, named like the missing record
+    assert len(list((tmp_path / "store" / ".lm-eval-cache").iterdir())) == 1  # for --resume
     seen = json.loads(state.read_text())
     assert not alive(seen["pid"])
     assert not alive(seen["child_pid"])
@@ -257,3 +263,30 @@ def test_sigterm_tears_down_the_server_and_the_worker(tmp_path: Path) -> None:
     assert "humming-matrix: interrupted" in err
     assert not alive(json.loads(state.read_text())["pid"])
     assert not alive(worker)
+
+
+def test_a_failed_run_keeps_its_answers_and_resume_asks_only_the_rest(tmp_path: Path) -> None:
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    # One request at a time, so exactly the 7 answered before the server dies are kept.
+    config = write_config(tmp_path, extra="num_concurrent: 1\n")
+    store = tmp_path / "store"
+    failed = cli("lm-eval", "--config", config, "--results", store,
+                 env=policy(die_at=8, lm_eval_log=str(first)))
+    assert failed.returncode == 3, failed.stderr
+    assert "the answers so far are kept in" in failed.stderr
+    assert "finish with --resume" in failed.stderr
+    [cache] = (store / ".lm-eval-cache").iterdir()
+    assert cache.name == f"Model-FP8-{sha256_of(config)[:12]}-unknown_rank0.db"
+
+    resumed = cli("lm-eval", "--config", config, "--results", store, "--resume",
+                  env=policy(lm_eval_log=str(second)))
+    assert resumed.returncode == 0, resumed.stderr
+    asked_first = [json.loads(line)["index"] for line in first.read_text().splitlines()]
+    asked_second = [json.loads(line)["index"] for line in second.read_text().splitlines()]
+    assert len(asked_first) == 7  # the 8th request killed the server before it was answered
+    assert len(asked_second) == 13
+    assert sorted(asked_first + asked_second) == list(range(20))
+    record = only_record(store)
+    assert record.lm_eval["resumed"] is True
+    assert record.outcomes("gsm8k", STRICT) == dict.fromkeys(range(20), True)
+    assert list((store / ".lm-eval-cache").iterdir()) == []  # a finished run leaves no cache

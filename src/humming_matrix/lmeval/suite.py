@@ -2,8 +2,11 @@
 `local-completions` model in a worker process against it, and an `lm-eval` record.
 
 A run that fails (the server dies, lm-eval gives up on its requests) is an infrastructure failure
-(exit 3). lm-eval keeps no partial results, so nothing but the logs is left: the server log and
-the worker log beside the records, named like the record that was not written.
+(exit 3) and writes no record: lm-eval computes its metrics only at the end. What it had been
+answered is not lost: lm-eval's request cache (sqlite, one per config and humming version, in
+`<store>/.lm-eval-cache/`) keeps every answer as it arrives, and `--resume` runs the config again
+asking only the rest. A run without `--resume` starts from an empty cache (a fresh measurement,
+never a replay), and a finished run deletes it. The server and worker logs stay beside the records.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from humming_matrix.results import (
 from humming_matrix.server import _die_with_parent, log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
+CACHE_DIR = ".lm-eval-cache"
 POLL_SECONDS = 0.2
 TERM_GRACE_SECONDS = 10.0
 
@@ -55,6 +59,29 @@ class SuiteSettings:
     limit: int | None = None  # caps the config's own `limit`
     tp_size: int = 1
     python: str = sys.executable  # the interpreter whose lm-eval runs the worker
+    resume: bool = False  # reuse the answers an earlier failed run of the config got
+
+
+@dataclass(frozen=True)
+class AnswerCache:
+    """lm-eval's request cache for one config in one environment (lm-eval appends
+    `_rank<N>.db` to the path it is given)."""
+
+    base: Path
+
+    @classmethod
+    def of(cls, store: Path, config: LmEvalConfig, humming: str | None) -> AnswerCache:
+        return cls(store / CACHE_DIR /
+                   f"{config.name}-{config.sha256[:12]}-{humming or 'unknown'}")
+
+    def files(self) -> list[Path]:
+        if not self.base.parent.is_dir():
+            return []
+        return sorted(self.base.parent.glob(f"{self.base.name}_rank*.db"))
+
+    def clear(self) -> None:
+        for path in self.files():
+            path.unlink(missing_ok=True)
 
 
 class Launcher(Protocol):
@@ -166,30 +193,24 @@ class LmEvalSuite:
         spec = config.server_spec(self.settings.tp_size)
         server_info: dict[str, Any] = {"model": spec.model, "args": list(spec.args),
                                        "env": redact(spec.env)}
+        cache = AnswerCache.of(store, config, env.get("humming_kernels"))
+        resumed = self.settings.resume and bool(cache.files())
+        if not self.settings.resume:
+            cache.clear()
+        elif not resumed:
+            self.progress.stage(f"{config.name}: no earlier answers to resume; asking all")
         started = self.clock()
-        with tempfile.TemporaryDirectory(prefix="humming-lm-eval-") as tmp:
-            scratch = Path(tmp)
-            tasks = write_task_dir(scratch / "tasks", [t.name for t in config.tasks])
-            if self.settings.endpoint:
-                server_info.update(endpoint=self.settings.endpoint, launched=False)
-                self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
-                output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
-                                        scratch, worker_log, lambda: None)
-            else:
-                log_path = store / f"{stem}.server.log"
-                server_info.update(launched=True, log=log_path.name)
-                self.progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
-                                    f"(log: {log_path})")
-                with self.launch(spec, log_path) as running:
-                    server_info.update(command=list(running.command), endpoint=running.url)
-                    self.progress.stage(f"{config.name}: server ready; running lm-eval "
-                                        f"(log: {worker_log})")
-                    output = self._evaluate(config, running.url, limit, tasks.offline, scratch,
-                                            worker_log, running.check)
-                self.progress.stage(f"{config.name}: server stopped")
-            output_path = scratch / "output.json"
-            samples = samples_from_output(output, output_path)
-            checks = checks_from_output(config, output, samples, output_path)
+        try:
+            output, tasks = self._run_lm_eval(config, store, stem, limit, spec, server_info,
+                                              cache, worker_log)
+        except (InfrastructureError, KeyboardInterrupt):
+            if cache.files():
+                self.progress.stage(f"{config.name}: the answers so far are kept in "
+                                    f"{cache.base.parent}; finish with --resume")
+            raise
+        # A malformed output is reported against the worker's log, which outlives the scratch.
+        samples = samples_from_output(output, worker_log)
+        checks = checks_from_output(config, output, samples, worker_log)
         record = LmEvalRecord(
             run_id=run_id,
             created=utc_now_iso(),
@@ -202,13 +223,14 @@ class LmEvalSuite:
                 "model": config.lm_eval_model,
                 "model_args": model_args(config, str(server_info.get("endpoint", ""))),
                 "tasks": [t.name for t in config.tasks],
-                "local_tasks": list(tasks.local),
+                "local_tasks": list(tasks),
                 "num_fewshot": config.num_fewshot,
                 "limit": limit,
                 "gen_kwargs": config.gen_kwargs,
                 "apply_chat_template": config.apply_chat_template,
                 "fewshot_as_multiturn": config.fewshot_as_multiturn,
                 "n_samples": output.get("n-samples", {}),
+                "resumed": resumed,
                 "log": worker_log.name,
             },
             checks=checks,
@@ -216,14 +238,41 @@ class LmEvalSuite:
             duration=self.clock() - started,
         )
         path = write_lm_eval_record(store, record)
+        cache.clear()
         for check in record.checks:
             print(check.line(), flush=True)
         verdict = "PASS" if record.passed else "FAIL"
         print(f"{verdict} {config.name} -> {path}", flush=True)
         return record, path
 
+    def _run_lm_eval(self, config: LmEvalConfig, store: Path, stem: str,
+                     limit: int | float | None, spec: server.ServerSpec,
+                     server_info: dict[str, Any], cache: AnswerCache,
+                     worker_log: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+        with tempfile.TemporaryDirectory(prefix="humming-lm-eval-") as tmp:
+            scratch = Path(tmp)
+            tasks = write_task_dir(scratch / "tasks", [t.name for t in config.tasks])
+            if self.settings.endpoint:
+                server_info.update(endpoint=self.settings.endpoint, launched=False)
+                self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
+                output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
+                                        scratch, cache, worker_log, lambda: None)
+            else:
+                log_path = store / f"{stem}.server.log"
+                server_info.update(launched=True, log=log_path.name)
+                self.progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
+                                    f"(log: {log_path})")
+                with self.launch(spec, log_path) as running:
+                    server_info.update(command=list(running.command), endpoint=running.url)
+                    self.progress.stage(f"{config.name}: server ready; running lm-eval "
+                                        f"(log: {worker_log})")
+                    output = self._evaluate(config, running.url, limit, tasks.offline, scratch,
+                                            cache, worker_log, running.check)
+                self.progress.stage(f"{config.name}: server stopped")
+        return output, tasks.local
+
     def _evaluate(self, config: LmEvalConfig, url: str, limit: int | float | None,
-                  offline: bool, scratch: Path, log_path: Path,
+                  offline: bool, scratch: Path, cache: AnswerCache, log_path: Path,
                   check: Callable[[], None]) -> dict[str, Any]:
         request = {
             "model": config.lm_eval_model,
@@ -238,6 +287,7 @@ class LmEvalSuite:
             # Indexing lm-eval's thousands of built-in tasks costs seconds; skip it when every
             # task is served from a local file.
             "include_defaults": not offline,
+            "use_cache": str(cache.base),
         }
         request_path, output_path = scratch / "request.json", scratch / "output.json"
         request_path.write_text(json.dumps(request), encoding="utf-8")

@@ -62,6 +62,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         fewshot_as_multiturn=request["fewshot_as_multiturn"],
         log_samples=True,
         task_manager=manager,
+        use_cache=request["use_cache"],
     )
     return {
         "lm_eval_version": metadata.version("lm-eval"),
