@@ -15,6 +15,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import httpx
 import pytest
 
 from humming_matrix.compare import Settings, decide
@@ -25,6 +26,7 @@ from humming_matrix.lmeval.record import (
     iter_lm_eval_records,
     paired_table,
 )
+from humming_matrix.server import free_port
 from humming_matrix.stats import regression_midp
 
 from .runner_harness import alive, cli
@@ -290,3 +292,33 @@ def test_a_failed_run_keeps_its_answers_and_resume_asks_only_the_rest(tmp_path: 
     assert record.lm_eval["resumed"] is True
     assert record.outcomes("gsm8k", STRICT) == dict.fromkeys(range(20), True)
     assert list((store / ".lm-eval-cache").iterdir()) == []  # a finished run leaves no cache
+
+
+def test_an_endpoint_that_is_already_up_and_a_limit_cap(tmp_path: Path, vllm_double: Path) -> None:
+    asked, port = tmp_path / "asked.jsonl", free_port()
+    server = subprocess.Popen(
+        [str(vllm_double / "vllm"), "serve", "org/Model-FP8", "--port", str(port)],
+        env={**os.environ, **policy(lm_eval_log=str(asked))}, stdout=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        done = cli("lm-eval", "--config", write_config(tmp_path), "--results",
+                   tmp_path / "store", "--endpoint", url, "--limit", "5")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    record = only_record(tmp_path / "store")
+    assert sorted(json.loads(line)["index"] for line in asked.read_text().splitlines()) == [
+        0, 1, 2, 3, 4]
+    assert record.lm_eval["limit"] == 5
+    assert [c.num_samples for c in record.checks] == [5, 5]
+    assert record.server["launched"] is False
+    assert record.server["endpoint"] == url
+    assert not list((tmp_path / "store").glob("*.server.log"))

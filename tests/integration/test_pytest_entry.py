@@ -38,7 +38,7 @@ def test_one_test_per_config_named_by_stem_and_a_failure_carries_the_numbers(
     (configs / "list.txt").write_text("# vLLM's list format\ngood.yaml\n\n  bad.yaml  \n")
 
     done = run_pytest(tmp_path, "--config-list-file=configs/list.txt", "--results-dir=store",
-                      "--junitxml=junit.xml")
+                      "--question-limit=8", "--junitxml=junit.xml")
 
     assert done.returncode == 1, done.stdout + done.stderr
     cases = ET.parse(tmp_path / "junit.xml").getroot().findall(".//testcase")
@@ -50,8 +50,8 @@ def test_one_test_per_config_named_by_stem_and_a_failure_carries_the_numbers(
     failure = cases[1].find("failure")
     assert failure is not None
     assert re.fullmatch(
-        r"AssertionError: bad: accuracy 0\.5000 < 0\.9 - 0\.08 = 0\.8200 \(invalid 0\.0000, "
-        r"errors 0, 10 questions, run \S+\)", failure.get("message", ""))
+        r"AssertionError: bad: accuracy 0\.3750 < 0\.9 - 0\.08 = 0\.8200 \(invalid 0\.0000, "
+        r"errors 0, 8 questions, run \S+\)", failure.get("message", ""))
     by_name = {r.config.name: r for r in records(tmp_path / "store")}
     assert sorted(by_name) == ["bad", "good"]
     assert by_name["good"].metrics.accuracy == 1.0

@@ -22,7 +22,9 @@ from humming_matrix.lmeval.record import (
     samples_from_output,
     write_lm_eval_record,
 )
+from humming_matrix.lmeval.suite import effective_limit, model_args, worker_environment
 from humming_matrix.lmeval.tasks import write_task_dir
+from humming_matrix.lmeval.worker import slim_sample
 from humming_matrix.pytest_plugin import resolve_list_file
 from humming_matrix.results import ConfigInfo
 
@@ -176,3 +178,34 @@ def test_a_list_file_is_found_next_to_the_tests_first_then_from_the_cwd(tmp_path
     assert resolve_list_file(str(absolute), tests, cwd) == absolute
     with pytest.raises(ConfigError, match=r"configs/nope.txt: no such config list"):
         resolve_list_file("configs/nope.txt", tests, cwd)
+
+
+def test_the_limit_cap_and_the_model_args_lm_eval_gets(tmp_path: Path) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(CONFIG, encoding="utf-8")
+    config = load_lm_eval_config(path)
+    assert (effective_limit(config, None), effective_limit(config, 2),
+            effective_limit(config, 9)) == (4, 2, 4)
+    assert model_args(config, "http://127.0.0.1:8000/") == {
+        "model": "org/model", "base_url": "http://127.0.0.1:8000/v1/completions",
+        "tokenizer_backend": None, "tokenized_requests": False, "num_concurrent": 16,
+        "max_retries": 3, "timeout": 600, "max_length": 4096,
+    }
+    env = worker_environment({"PATH": "/bin", "HF_HUB_OFFLINE": "0"}, tmp_path, offline=True)
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+                   "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")}
+    assert "HF_HUB_OFFLINE" not in worker_environment({}, tmp_path, offline=False)
+
+
+def test_a_logged_sample_keeps_the_outcome_not_the_document() -> None:
+    sample = {
+        "doc_id": 7, "doc": {"question": "q", "answer": "#### 3"}, "target": "#### 3",
+        "arguments": [["Question: q\nAnswer:", {"until": ["Question:"]}]],
+        "resps": [[" so #### 3"]], "filtered_resps": ["3"], "filter": "strict-match",
+        "metrics": ["exact_match"], "exact_match": 1.0, "doc_hash": "d", "prompt_hash": "p",
+        "target_hash": "t",
+    }
+    assert slim_sample(sample) == {
+        "doc_id": 7, "filter": "strict-match", "target": "#### 3", "prediction": "3",
+        "output": " so #### 3", "values": {"exact_match": 1.0}, "prompt_hash": "p",
+    }
