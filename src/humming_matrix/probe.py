@@ -84,6 +84,10 @@ class SessionRunner(Protocol):
         self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
     ) -> int: ...
 
+    def stop_all(self) -> None:
+        """Ask every session still running to stop (called from another thread)."""
+        ...
+
 
 class ProbeTimeoutError(Exception):
     """The session ran past its time limit (and was killed)."""
@@ -99,6 +103,16 @@ class NoxRunner:
     envdir: Path | None = None  # nox's --envdir (default: .nox beside the noxfile)
     nox: tuple[str, ...] = field(default_factory=lambda: default_nox_command())
     grace: float = 30.0  # seconds between SIGTERM and SIGKILL when stopping the session
+    _active: set[subprocess.Popen[bytes]] = field(default_factory=set, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            running = list(self._active)
+        for process in running:
+            # The thread waiting on it escalates to SIGKILL after the grace period.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
 
     def __call__(
         self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
@@ -111,10 +125,15 @@ class NoxRunner:
         with log.open("w", encoding="utf-8") as out, _process_group(
             argv, env, out, self.noxfile.parent, self.grace
         ) as process:
+            with self._lock:
+                self._active.add(process)
             try:
                 return process.wait(timeout=self.timeout)
             except subprocess.TimeoutExpired:
                 raise ProbeTimeoutError(f"{session} ran past {self.timeout:g} s") from None
+            finally:
+                with self._lock:
+                    self._active.discard(process)
 
 
 def default_nox_command() -> tuple[str, ...]:
@@ -164,9 +183,25 @@ def _kill_group(process: subprocess.Popen[bytes], grace: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    # SIGKILL is delivered asynchronously; give the members a moment to be gone.
+    deadline = time.monotonic() + 5.0
+    while _group_alive(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs. Zombies (dead, awaiting a reaper that a
+    container's init may never be) do not count; /proc tells them apart where it exists."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        for stat in proc.glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+                return True
+        return False
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -314,8 +349,34 @@ class Prober:
         """Probes in parallel (one thread each; the slot pool keeps their GPUs apart)."""
         if len(cells) <= 1:
             return [self.probe(c) for c in cells]
-        with ThreadPoolExecutor(max_workers=len(cells)) as pool:
-            return list(pool.map(self.probe, cells))
+        pool = ThreadPoolExecutor(max_workers=len(cells))
+        try:
+            futures = [pool.submit(self.probe, c) for c in cells]
+            return [f.result() for f in futures]
+        except BaseException:
+            # Ctrl-C or SIGTERM reaches this (main) thread only: stop the sessions the worker
+            # threads wait on, or they would run to the end with nobody to read them.
+            self.runner.stop_all()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def terminate_unwinds() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a CI job cancelled) unwind like Ctrl-C, so every session started
+    here is stopped on the way out instead of being orphaned."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    wanted = (signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, interrupt) for sig in wanted}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _readable_records(store: Path) -> Iterator[tuple[Path, Gsm8kRecord]]:

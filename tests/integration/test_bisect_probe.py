@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -129,3 +132,66 @@ def test_parallel_probes_each_get_their_own_gpu(tmp_path: Path, config: EvalConf
         assert pool_devices == visible
         assert slot_dir == str(tmp_path / "logs" / f"slots-{session}")
     assert pool.holders() == ()
+
+
+# Runs two probes in parallel through the real NoxRunner (nox replaced by HANGING_NOX), as the
+# bisect command does with --jobs 2, and waits to be told to stop.
+PARALLEL_PROBES = """\
+import sys
+from pathlib import Path
+from humming_matrix.config import load_config
+from humming_matrix.matrix import load_matrix
+from humming_matrix.probe import NoxRunner, Prober, Suite, terminate_unwinds
+root = Path(sys.argv[1])
+matrix = load_matrix(root / "m.toml")
+runner = NoxRunner(root / "noxfile.py", nox=(sys.executable, str(root / "nox_double.py")),
+                   grace=1.0)
+suite = Suite((load_config(root / "double.yaml"),), ("--pids", "PIDS"), root / "store", 5)
+def call(session, posargs, env, log):
+    pids = str(root / f"pids-{session}.json")
+    return NoxRunner.__call__(runner, session, ["--pids", pids], env, log)
+class Runner:
+    __call__ = staticmethod(call)
+    stop_all = staticmethod(runner.stop_all)
+prober = Prober(suite, Runner(), log_dir=root / "logs")
+try:
+    with terminate_unwinds():
+        prober.probe_many([matrix.cell_for("0.1.3"), matrix.cell_for("0.1.4")])
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_sigterm_stops_every_parallel_probe(tmp_path: Path, config: EvalConfig) -> None:
+    (tmp_path / "nox_double.py").write_text(HANGING_NOX)
+    (tmp_path / "noxfile.py").touch()
+    (tmp_path / "m.toml").write_text(TEST_MATRIX)
+    (tmp_path / "double.yaml").write_text(config.path.read_text())
+    script = tmp_path / "parallel.py"
+    script.write_text(PARALLEL_PROBES)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    pid_files = [tmp_path / f"pids-humming-0.1.{v}.json" for v in (3, 4)]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(p.exists() and p.read_text() for p in pid_files):
+            assert time.monotonic() < deadline, "the probes never started"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=30)
+        assert (process.returncode, out) == (130, "interrupted\n")
+        for path in pid_files:
+            pids = json.loads(path.read_text())
+            assert not alive(pids["nox"])
+            assert not alive(pids["child"])
+    finally:
+        # A failing run must not leave its hanging doubles behind on the CI machine.
+        process.kill()
+        process.wait()
+        for path in pid_files:
+            if path.exists() and path.read_text():
+                for pid in (json.loads(path.read_text())[k] for k in ("nox", "child")):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)

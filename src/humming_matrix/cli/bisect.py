@@ -27,7 +27,13 @@ from humming_matrix.package_index import (
     released_versions,
 )
 from humming_matrix.paired_judge import PairedJudge
-from humming_matrix.probe import DEFAULT_PROBE_TIMEOUT_S, NoxRunner, Prober, Suite
+from humming_matrix.probe import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    NoxRunner,
+    Prober,
+    Suite,
+    terminate_unwinds,
+)
 from humming_matrix.slots import SlotPool
 
 INDEX_URL_ENV = "HUMMING_MATRIX_INDEX_URL"
@@ -164,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
     prober = prober_from(args, suite, args.jobs)
     log_path = args.log or suite.store / "bisect" / f"{good}..{bad}.jsonl"
     judge = PairedJudge(settings)
-    with BisectLog(log_path, plan, fresh=args.fresh) as log:
+    with terminate_unwinds(), BisectLog(log_path, plan, fresh=args.fresh) as log:
         result = Driver(
             plan, matrix, prober, judge, judge.alone, log, jobs=args.jobs,
             say=lambda line: print(line, flush=True),

@@ -13,7 +13,7 @@ from humming_matrix.compare import Settings
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
 from humming_matrix.matrix import load_matrix
 from humming_matrix.paired_judge import PairedJudge
-from humming_matrix.probe import ProbeStatus
+from humming_matrix.probe import ProbeStatus, terminate_unwinds
 
 DEFAULT_REQUIREMENTS = PurePosixPath("requirements/cuda.txt")
 
@@ -83,7 +83,10 @@ def main(args: argparse.Namespace) -> int:
         cells = premerge.cells_for(load_matrix(), old, new, args.variant, str(file))
         print(f"premerge: old cell {cells.old.session}, new cell {cells.new.session}", flush=True)
         prober = prober_from(args, suite, jobs=2)
-        old_probe, new_probe, judgement = premerge.run_gate(cells, prober, PairedJudge(settings))
+        with terminate_unwinds():
+            old_probe, new_probe, judgement = premerge.run_gate(
+                cells, prober, PairedJudge(settings)
+            )
     except InfrastructureError as exc:
         return _finish(args, premerge.GateResult(
             premerge.GateStatus.INFRASTRUCTURE, str(file), revisions, changes, str(exc),
