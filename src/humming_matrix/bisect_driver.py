@@ -25,7 +25,7 @@ from humming_matrix.bisection import Bisection, Outcome, Verdict, search
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.matrix import Matrix
 from humming_matrix.paired_judge import Judgement
-from humming_matrix.probe import Prober, ProbeResult, ProbeStatus
+from humming_matrix.probe import Prober, ProbeResult, ProbeStatus, Tier
 from humming_matrix.results import utc_now_iso
 
 LOG_SCHEMA = 1
@@ -48,9 +48,11 @@ class Plan:
     limit: int | None
     variant: str | None
     verify_endpoints: bool
+    tier: Tier = Tier.GSM8K
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "tier": self.tier.value,
             "good": self.good,
             "bad": self.bad,
             "versions": list(self.versions),

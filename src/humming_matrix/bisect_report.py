@@ -36,6 +36,19 @@ def evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
     """Per config: delta with its interval, mid-p, the flipped questions."""
     lines = []
     for name, e in sorted(evidence.items()):
+        if e.get("kind") == "kernels":
+            worse = [
+                f"{v['case']}{'' if v['m'] is None else ' m=' + str(v['m'])} {v['verdict']}"
+                for v in e["verdicts"]
+                if v["verdict"] in ("regressed", "newly-broken")
+                or (e["fail_on_slowdown"] and v["time"] == "slower")
+            ]
+            lines.append(
+                f"kernels: {'regression' if e['regression'] else 'no regression'} "
+                f"({e['baseline_versions']} -> {e['candidate_versions']}): "
+                + (", ".join(worse) or "no case worse")
+            )
+            continue
         low, high = e["difference_interval"]
         flips = [f["index"] for f in e["flips"] if f["direction"] == "right->wrong"]
         more = f" (+{len(flips) - FLIPS_SHOWN} more)" if len(flips) > FLIPS_SHOWN else ""

@@ -22,6 +22,9 @@ from humming_matrix.compare import (
     points,
 )
 from humming_matrix.errors import RecordError
+from humming_matrix.kernels.judge import CaseState, CaseVerdict, compare_kernel_records
+from humming_matrix.kernels.record import load_kernel_record, overall_state
+from humming_matrix.probe import KERNELS_RECORD
 from humming_matrix.results import load_gsm8k_record
 
 
@@ -95,3 +98,42 @@ class PairedJudge:
             for name, r in sorted(loaded.items())
         )
         return Judgement(Verdict.GOOD, f"baseline, {summary}")
+
+
+def _kernel_line(v: CaseVerdict) -> str:
+    batch = "" if v.m is None else f" m={v.m}"
+    delta = "" if v.delta_rel_err is None else f" (rel. error {v.delta_rel_err:+.3g})"
+    return f"{v.case}{batch} {v.verdict.value}{delta}"
+
+
+@dataclass(frozen=True)
+class KernelJudge:
+    """The kernel tier: the GEMM probe's records compared by humming_matrix.kernels.judge. A
+    candidate is bad when a case regressed or broke (or, if asked, got slower)."""
+
+    fail_on_slowdown: bool = False
+
+    def __call__(
+        self, baseline: Mapping[str, Path], candidate: Mapping[str, Path]
+    ) -> Judgement:
+        comparison = compare_kernel_records(
+            [baseline[KERNELS_RECORD]], [candidate[KERNELS_RECORD]], self.fail_on_slowdown
+        )
+        bad = comparison.regressions
+        total = len(comparison.verdicts)
+        if bad:
+            shown = ", ".join(_kernel_line(v) for v in bad[:5])
+            more = f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""
+            summary = f"kernels: {len(bad)} of {total} case/batch results worse: {shown}{more}"
+        else:
+            summary = f"kernels: no regression in {total} case/batch results"
+        return Judgement(
+            Verdict.BAD if bad else Verdict.GOOD, summary, {KERNELS_RECORD: comparison.to_json()}
+        )
+
+    def alone(self, records: Mapping[str, Path]) -> Judgement:
+        """The baseline's own cases must be within tolerance (ok or unsupported)."""
+        state = overall_state(load_kernel_record(records[KERNELS_RECORD]))
+        if state in (CaseState.OK, CaseState.UNSUPPORTED):
+            return Judgement(Verdict.GOOD, f"baseline kernels: worst case state {state.value}")
+        return Judgement(Verdict.BAD, f"baseline kernels: worst case state {state.value}")

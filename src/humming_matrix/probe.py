@@ -34,8 +34,15 @@ from typing import IO, Protocol
 from humming_matrix import environment
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import RecordError, UsageError
+from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
-from humming_matrix.results import Gsm8kRecord, RecordKind, load_gsm8k_record, record_paths
+from humming_matrix.results import (
+    Gsm8kRecord,
+    RecordKind,
+    load_gsm8k_record,
+    new_run_id,
+    record_paths,
+)
 from humming_matrix.slots import DEVICES_ENV, SLOT_DIR_ENV, SlotPool
 
 DEFAULT_PROBE_TIMEOUT_S = 4 * 3600.0
@@ -48,6 +55,14 @@ class ProbeStatus(str, Enum):
     UNTESTABLE = "untestable"
 
 
+class Tier(str, Enum):
+    GSM8K = "gsm8k"  # `humming-<version>` sessions: the GSM8K config suite through vllm serve
+    KERNELS = "kernels"  # `kernels-<version>` sessions: the GEMM numerics probe, no vLLM
+
+
+KERNELS_RECORD = "kernels"  # the name a kernel record goes by in a probe's records
+
+
 @dataclass(frozen=True)
 class Suite:
     """What every probe runs: the configs, the run arguments that select them, the store."""
@@ -56,6 +71,10 @@ class Suite:
     run_args: tuple[str, ...]  # `--config-list FILE` / `--config FILE`, as `run` takes them
     store: Path
     limit: int | None = None
+    tier: Tier = Tier.GSM8K
+
+    def session(self, cell: Cell) -> str:
+        return cell.kernels_session if self.tier is Tier.KERNELS else cell.session
 
     def question_count(self, config: EvalConfig) -> int:
         return min(config.num_questions, self.limit) if self.limit else config.num_questions
@@ -273,10 +292,12 @@ class Prober:
 
     def stored(self, cell: Cell) -> dict[str, Path] | None:
         """The newest complete record of each config from this cell, or None if one is missing."""
-        best: dict[str, tuple[str, Path]] = {}
-        wanted = {c.name: c for c in self.suite.configs}
         if not self.suite.store.is_dir():
             return None
+        if self.suite.tier is Tier.KERNELS:
+            return self._stored_kernels(cell)
+        best: dict[str, tuple[str, Path]] = {}
+        wanted = {c.name: c for c in self.suite.configs}
         for path, record in _readable_records(self.suite.store):
             config = wanted.get(record.config.name)
             if config is None or not self._reusable(record, config, cell):
@@ -286,6 +307,25 @@ class Prober:
         if set(best) != set(wanted):
             return None
         return {name: path for name, (_, path) in best.items()}
+
+    def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
+        newest: tuple[str, Path] | None = None
+        for path in record_paths(self.suite.store, RecordKind.KERNELS):
+            try:
+                data = load_kernel_record(path)
+            except RecordError:
+                continue
+            env = data["environment"]
+            usable = (
+                data.get("complete") is True
+                and data.get("import_error") is None  # humming could not even be imported
+                and env.get("humming_kernels") == str(cell.humming)
+                and env.get("session") == cell.kernels_session
+                and env.get("gpu") == self.hardware
+            )
+            if usable and (newest is None or str(data["run_id"]) > newest[0]):
+                newest = (str(data["run_id"]), path)
+        return None if newest is None else {KERNELS_RECORD: newest[1]}
 
     def _reusable(self, record: Gsm8kRecord, config: EvalConfig, cell: Cell) -> bool:
         env = record.environment
@@ -299,51 +339,56 @@ class Prober:
         )
 
     def probe(self, cell: Cell) -> ProbeResult:
-        version = str(cell.humming)
+        version, session = str(cell.humming), self.suite.session(cell)
         start = self.clock()
         found = self.stored(cell)
         if found is not None:
-            return ProbeResult(version, cell.session, ProbeStatus.REUSED, found)
+            return ProbeResult(version, session, ProbeStatus.REUSED, found)
         if self.slots is not None and cell.gpus > 0:
-            with self.slots.acquire(cell.gpus, owner=f"probe {cell.session}") as lease:
+            with self.slots.acquire(cell.gpus, owner=f"probe {session}") as lease:
                 # The session may take its GPUs from a slot pool itself (`humming-matrix
                 # slots`); give it a private pool of exactly the devices leased here, or it
                 # would wait for ever on the locks this probe holds.
                 private = {
                     **lease.environ(),
                     DEVICES_ENV: lease.cuda_visible_devices,
-                    SLOT_DIR_ENV: str(self.log_dir / f"slots-{cell.session}"),
+                    SLOT_DIR_ENV: str(self.log_dir / f"slots-{session}"),
                 }
                 return self._run(cell, private, start)
         return self._run(cell, {}, start)
 
     def _run(self, cell: Cell, extra_env: Mapping[str, str], start: float) -> ProbeResult:
-        version = str(cell.humming)
-        log = self.log_dir / f"{cell.session}.{int(time.time())}.log"
+        version, session = str(cell.humming), self.suite.session(cell)
+        log = self.log_dir / f"{session}.{new_run_id()}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         env = {**self.base_env, **extra_env}
         listed = [v for v in env.get(EXTRA_VERSIONS_ENV, "").split(",") if v]
         env[EXTRA_VERSIONS_ENV] = ",".join(dict.fromkeys([*listed, version]))
         posargs = [*self.suite.run_args, "--results", str(self.suite.store.resolve())]
-        if self.suite.limit:
+        if self.suite.limit and self.suite.tier is Tier.GSM8K:
             posargs += ["--limit", str(self.suite.limit)]
         with self._lock:
-            self.sessions_run.append(cell.session)
+            self.sessions_run.append(session)
         try:
-            code = self.runner(cell.session, posargs, env, log)
+            code = self.runner(session, posargs, env, log)
         except ProbeTimeoutError as exc:
             return ProbeResult(
-                version, cell.session, ProbeStatus.UNTESTABLE, {}, str(exc), log,
-                self.clock() - start,
+                version, session, ProbeStatus.UNTESTABLE, {}, str(exc), log, self.clock() - start
             )
         found = self.stored(cell)
         duration = self.clock() - start
         if found is None:
-            reason = f"nox session {cell.session} exited {code} without a complete record " \
-                f"of every config: {_reason_from(log_tail(log))}"
-            return ProbeResult(
-                version, cell.session, ProbeStatus.UNTESTABLE, {}, reason, log, duration
+            what = "a complete kernel record" if self.suite.tier is Tier.KERNELS else (
+                "a complete record of every config"
             )
-        return ProbeResult(version, cell.session, ProbeStatus.RAN, found, "", log, duration)
+            reason = (
+                f"nox session {session} exited {code} without {what}: "
+                f"{_reason_from(log_tail(log))}"
+            )
+            return ProbeResult(
+                version, session, ProbeStatus.UNTESTABLE, {}, reason, log, duration
+            )
+        return ProbeResult(version, session, ProbeStatus.RAN, found, "", log, duration)
 
     def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]:
         """Probes in parallel (one thread each; the slot pool keeps their GPUs apart)."""

@@ -26,12 +26,13 @@ from humming_matrix.package_index import (
     default_cache_dir,
     released_versions,
 )
-from humming_matrix.paired_judge import PairedJudge
+from humming_matrix.paired_judge import KernelJudge, PairedJudge
 from humming_matrix.probe import (
     DEFAULT_PROBE_TIMEOUT_S,
     NoxRunner,
     Prober,
     Suite,
+    Tier,
     terminate_unwinds,
 )
 from humming_matrix.slots import SlotPool
@@ -94,6 +95,11 @@ def register(sub: Any) -> None:
     p.add_argument("--log", type=Path, metavar="FILE",
                    help="the resumable log (default: RESULTS/bisect/GOOD..BAD.jsonl)")
     p.add_argument("--fresh", action="store_true", help="discard an existing log, start over")
+    p.add_argument("--tier", choices=[t.value for t in Tier], default=Tier.GSM8K.value,
+                   help="gsm8k: the config suite through vllm serve (default); kernels: the "
+                   "GEMM probe (`kernels-<version>` sessions, needs a GPU)")
+    p.add_argument("--fail-on-slowdown", action="store_true",
+                   help="kernel tier: a slower kernel counts as bad too")
     p.add_argument("--changes-url", default=bisect_report.DEFAULT_CHANGES_URL,
                    metavar="TEMPLATE", help="link to the changes, with {good} and {bad}")
     p.set_defaults(handler=main)
@@ -109,6 +115,10 @@ def _version(text: str, flag: str) -> str:
 def suite_from(args: argparse.Namespace) -> Suite:
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
+    if getattr(args, "tier", Tier.GSM8K.value) == Tier.KERNELS.value:
+        if args.configs or args.config or args.limit:
+            raise UsageError("--tier kernels runs the GEMM probe: no --configs, --config, --limit")
+        return Suite((), (), args.results.resolve(), None, Tier.KERNELS)
     lists = [p.resolve() for p in args.configs] or (
         [] if args.config else [DEFAULT_CONFIG_LIST.resolve()]
     )
@@ -166,10 +176,14 @@ def main(args: argparse.Namespace) -> int:
         limit=args.limit,
         variant=args.variant,
         verify_endpoints=not args.no_verify,
+        tier=suite.tier,
     )
     prober = prober_from(args, suite, args.jobs)
-    log_path = args.log or suite.store / "bisect" / f"{good}..{bad}.jsonl"
-    judge = PairedJudge(settings)
+    suffix = "" if suite.tier is Tier.GSM8K else f".{suite.tier.value}"
+    log_path = args.log or suite.store / "bisect" / f"{good}..{bad}{suffix}.jsonl"
+    judge: PairedJudge | KernelJudge = (
+        KernelJudge(args.fail_on_slowdown) if suite.tier is Tier.KERNELS else PairedJudge(settings)
+    )
     with terminate_unwinds(), BisectLog(log_path, plan, fresh=args.fresh) as log:
         result = Driver(
             plan, matrix, prober, judge, judge.alone, log, jobs=args.jobs,

@@ -1,0 +1,119 @@
+"""`--tier kernels`: the same search over `kernels-<version>` sessions, judged by the kernel
+judge. A session double writes kernel records as `humming-matrix kernels` does (no GPU here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from humming_matrix.bisect_driver import BisectLog, Driver, Plan
+from humming_matrix.bisect_report import evidence_lines
+from humming_matrix.bisection import Conclusion, Verdict
+from humming_matrix.kernels.record import Settings, build_record, write_record
+from humming_matrix.kernels.watchdog import SuiteRun
+from humming_matrix.matrix import Matrix, load_matrix
+from humming_matrix.paired_judge import KernelJudge
+from humming_matrix.probe import Prober, ProbeStatus, Suite, Tier
+from humming_matrix.results import new_run_id, utc_now_iso
+from tests.unit.test_bisection_driver import TEST_MATRIX, VERSIONS
+
+
+def _batch(m: int, nan: int = 0) -> dict[str, Any]:
+    return {
+        "m": m, "rel_err": [2e-3, 2.1e-3, 1.9e-3], "worst_row_rel_err": [4e-3] * 3,
+        "floor": 1.6e-3, "nan": nan, "inf": 0, "input_sha256": f"in-{m}",
+        "time": {"median_ms": 1.0, "mad_ms": 0.01, "min_ms": 1.0, "repeats": 10},
+    }
+
+
+class KernelSessionDouble:
+    """TEST DOUBLE of a `kernels-<version>` nox session: writes one kernel record; from
+    `broken_from` on, case `moe` gives NaN at m=64. `no_import` versions record an import error
+    (humming could not be imported), as the real command does before exiting 125."""
+
+    def __init__(self, broken_from: str, no_import: frozenset[str] = frozenset()) -> None:
+        self.broken_from = Version(broken_from)
+        self.no_import = no_import
+        self.calls: list[str] = []
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int:
+        self.calls.append(session)
+        assert "--limit" not in posargs
+        version = session.removeprefix("kernels-")
+        broken = Version(version) >= self.broken_from
+        run = SuiteRun(
+            results=(
+                {"case": {"name": "dense"}, "batches": [_batch(16), _batch(64)]},
+                {"case": {"name": "moe"}, "batches": [_batch(16), _batch(64, nan=3 if broken
+                                                                          else 0)]},
+            ),
+            import_error="ImportError: no humming.ops" if version in self.no_import else None,
+        )
+        record = build_record(
+            run, Settings((16, 64), 10, 3, 0, 60.0),
+            {"humming_kernels": version, "session": session, "gpu": None},
+            new_run_id(), utc_now_iso(),
+        )
+        write_record(Path(posargs[posargs.index("--results") + 1]), record)
+        log.write_text(f"nox > Session {session} was successful.\n")
+        return 0
+
+    def stop_all(self) -> None:
+        """Nothing runs in the background here."""
+
+
+@pytest.fixture
+def matrix(tmp_path: Path) -> Matrix:
+    (tmp_path / "matrix.toml").write_text(TEST_MATRIX)
+    return load_matrix(tmp_path / "matrix.toml")
+
+
+def run(tmp_path: Path, matrix: Matrix, session: KernelSessionDouble, log: str) -> Any:
+    plan = Plan("0.1.2", "0.1.8", VERSIONS, {}, None, None, True, Tier.KERNELS)
+    suite = Suite((), (), tmp_path / "store", None, Tier.KERNELS)
+    prober = Prober(suite, session, log_dir=tmp_path / "logs", base_env={})
+    judge = KernelJudge()
+    with BisectLog(tmp_path / log, plan) as bisect_log:
+        return Driver(plan, matrix, prober, judge, judge.alone, bisect_log,
+                      say=lambda line: None).run()
+
+
+def test_kernel_tier_finds_the_first_broken_release_and_reuses_its_records(
+    tmp_path: Path, matrix: Matrix
+) -> None:
+    session = KernelSessionDouble("0.1.4")
+    result = run(tmp_path, matrix, session, "a.jsonl")
+    assert (result.outcome.conclusion, result.outcome.last_good, result.outcome.first_bad) == (
+        Conclusion.FOUND, "0.1.3", "0.1.4",
+    )
+    assert session.calls == [
+        "kernels-0.1.2", "kernels-0.1.8", "kernels-0.1.5", "kernels-0.1.3", "kernels-0.1.4",
+    ]
+    entry = result.entries["0.1.4"]
+    assert entry.reason == "kernels: 1 of 4 case/batch results worse: moe m=64 newly-broken"
+    assert evidence_lines(entry.evidence) == [
+        "kernels: regression (['0.1.2'] -> ['0.1.4']): moe m=64 newly-broken"
+    ]
+    assert result.entries["0.1.2"].reason == "baseline kernels: worst case state ok"
+
+    again = KernelSessionDouble("0.1.4")
+    second = run(tmp_path, matrix, again, "b.jsonl")
+    assert again.calls == []
+    assert {e.status for e in second.entries.values()} == {ProbeStatus.REUSED}
+
+
+def test_a_release_humming_cannot_import_is_skipped(tmp_path: Path, matrix: Matrix) -> None:
+    session = KernelSessionDouble("0.1.6", no_import=frozenset({"0.1.5"}))
+    result = run(tmp_path, matrix, session, "a.jsonl")
+    entry = result.entries["0.1.5"]
+    assert (entry.status, entry.verdict) == (ProbeStatus.UNTESTABLE, Verdict.SKIP)
+    assert entry.reason.startswith(
+        "untestable: nox session kernels-0.1.5 exited 0 without a complete kernel record: "
+    )
+    assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.4", "0.1.6")
