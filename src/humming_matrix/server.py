@@ -68,7 +68,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # If this process is killed outright (SIGKILL, OOM), the server must not outlive it.
     if sys.platform.startswith("linux"):
         import ctypes
@@ -182,7 +182,7 @@ def launch(
         log.flush()
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent,
         )
     server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, command)
     try:

@@ -26,6 +26,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message}\n")
 
 
+def report_fault(exc: HummingMatrixError) -> None:
+    """The one-line message (and, for a server that failed, the tail of its log) on stderr."""
+    message = str(exc).replace("\n", " ").strip()
+    print(f"humming-matrix: error: {message}", file=sys.stderr)
+    if isinstance(exc, ServerError) and exc.log_tail:
+        print(f"--- server log (tail) ---\n{exc.log_tail}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="humming-matrix",
@@ -44,10 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.handler(args))
     except HummingMatrixError as exc:
-        message = str(exc).replace("\n", " ").strip()
-        print(f"humming-matrix: error: {message}", file=sys.stderr)
-        if isinstance(exc, ServerError) and exc.log_tail:
-            print(f"--- server log (tail) ---\n{exc.log_tail}", file=sys.stderr)
+        report_fault(exc)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("humming-matrix: interrupted", file=sys.stderr)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.cli.run import _terminate_unwinds
+from humming_matrix.cli import report_fault
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
+from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.lmeval.config import load_lm_eval_configs
 from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
 from humming_matrix.lmeval.tasks import lm_eval_package_dir
@@ -57,15 +57,12 @@ def main(args: argparse.Namespace) -> int:
                                       resume=args.resume))
     code = ExitCode.OK
     # SIGTERM (CI cancelling the job) unwinds like Ctrl-C: server and worker are torn down.
-    with _terminate_unwinds():
+    with terminate_unwinds():
         for config in configs:
             try:
                 record, _ = suite.run(config)
             except InfrastructureError as exc:
-                print(f"humming-matrix: error: {exc}", file=sys.stderr)
-                tail = getattr(exc, "log_tail", "")
-                if tail:
-                    print(f"--- server log (tail) ---\n{tail}", file=sys.stderr)
+                report_fault(exc)
                 code = ExitCode.INFRASTRUCTURE
                 continue
             if not record.passed and code == ExitCode.OK:

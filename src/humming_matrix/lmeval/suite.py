@@ -44,7 +44,7 @@ from humming_matrix.results import (
     redact,
     utc_now_iso,
 )
-from humming_matrix.server import _die_with_parent, log_tail
+from humming_matrix.server import die_with_parent, log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
 CACHE_DIR = ".lm-eval-cache"
@@ -134,7 +134,7 @@ def run_worker(command: list[str], env: Mapping[str, str], log_path: Path,
         # Its own group, so stopping it reaches whatever lm-eval spawns; and it dies with us.
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, env=dict(env),
-                                   start_new_session=True, preexec_fn=_die_with_parent)
+                                   start_new_session=True, preexec_fn=die_with_parent)
     try:
         while process.poll() is None:
             check()

@@ -7,23 +7,21 @@ One test per config of `--config-list-file`; each runs the config as `humming-ma
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from humming_matrix.cli.run import run_config
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import HummingMatrixError
 from humming_matrix.progress import Progress
 from humming_matrix.pytest_plugin import SuiteOptions, failure_message
+from humming_matrix.runner import RunOptions, run_config
 
 
 def test_gsm8k_correctness_param(gsm8k_config: EvalConfig, suite_options: SuiteOptions) -> None:
-    args = argparse.Namespace(results=suite_options.results, endpoint=suite_options.endpoint,
-                              limit=suite_options.limit, resume=False, retries=3, max_errors=0)
+    options = RunOptions(results=suite_options.results, endpoint=suite_options.endpoint,
+                         limit=suite_options.limit)
     problem = None
     try:
-        record = run_config(gsm8k_config, args, Progress())
+        record = run_config(gsm8k_config, options, Progress())
     except HummingMatrixError as exc:
         problem = failure_message(exc)
     if problem is not None:  # outside the handler: no chained traceback in the JUnit text
