@@ -407,23 +407,6 @@ class Prober:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-@contextlib.contextmanager
-def terminate_unwinds() -> Iterator[None]:
-    """SIGTERM and SIGHUP (a CI job cancelled) unwind like Ctrl-C, so every session started
-    here is stopped on the way out instead of being orphaned."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    wanted = (signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, interrupt) for sig in wanted}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def _readable_records(store: Path) -> Iterator[tuple[Path, Gsm8kRecord]]:
     """Every GSM8K record a probe could reuse. An unreadable file is skipped here: compare and
     report refuse it loudly, and it must not stop a bisect that does not need it."""

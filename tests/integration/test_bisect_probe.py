@@ -141,7 +141,8 @@ import sys
 from pathlib import Path
 from humming_matrix.config import load_config
 from humming_matrix.matrix import load_matrix
-from humming_matrix.probe import NoxRunner, Prober, Suite, terminate_unwinds
+from humming_matrix.interrupts import terminate_unwinds
+from humming_matrix.probe import NoxRunner, Prober, Suite
 root = Path(sys.argv[1])
 matrix = load_matrix(root / "m.toml")
 runner = NoxRunner(root / "noxfile.py", nox=(sys.executable, str(root / "nox_double.py")),

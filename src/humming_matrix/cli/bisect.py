@@ -15,6 +15,7 @@ from humming_matrix.bisection import Bisection, Conclusion
 from humming_matrix.compare import Settings
 from humming_matrix.config import load_configs
 from humming_matrix.errors import ExitCode, UsageError
+from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.matrix import load_matrix
 from humming_matrix.package_index import (
     DEFAULT_INDEX_URL,
@@ -33,7 +34,6 @@ from humming_matrix.probe import (
     Prober,
     Suite,
     Tier,
-    terminate_unwinds,
 )
 from humming_matrix.slots import SlotPool
 

@@ -11,9 +11,10 @@ from humming_matrix.bisection import Verdict
 from humming_matrix.cli.bisect import add_suite_arguments, prober_from, suite_from
 from humming_matrix.compare import Settings
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
+from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.matrix import load_matrix
 from humming_matrix.paired_judge import PairedJudge
-from humming_matrix.probe import ProbeStatus, terminate_unwinds
+from humming_matrix.probe import ProbeStatus
 
 DEFAULT_REQUIREMENTS = PurePosixPath("requirements/cuda.txt")
 
