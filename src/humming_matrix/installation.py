@@ -45,7 +45,8 @@ class Outcome(str, Enum):
     INSTALL_FAILED = "install_failed"  # 125: the installer could not build the cell
     VERSION_MISMATCH = "version_mismatch"  # 125
     PREFLIGHT_FAILED = "preflight_failed"  # 125
-    PREFLIGHT_ONLY = "preflight_only"  # no GPU: only the preflight ran
+    PREFLIGHT_ONLY = "preflight_only"  # only the preflight ran (asked for, or no GPU)
+    ERROR = "error"  # a usage, config or infrastructure error stopped the session
     RAN = "ran"  # the run (or kernels) command finished with `exit_code`
 
 

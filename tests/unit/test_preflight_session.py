@@ -15,7 +15,7 @@ import pytest
 from humming_matrix.cli import build_parser
 from humming_matrix.cli.session import PREFLIGHT_ONLY_ENV, Seams, execute
 from humming_matrix.config import EvalConfig
-from humming_matrix.errors import ExitCode, NoGPUError, UntestableError
+from humming_matrix.errors import ConfigError, ExitCode, NoGPUError, UntestableError
 from humming_matrix.preflight import Check, CheckStatus, PreflightReport
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def test_no_gpu_stops_after_preflight_with_3(tmp_path: Path, matrix: Path) -> No
         session(tmp_path, calls, [], {})
     assert str(info.value) == (
         "humming-0.1.19: needs 1 CUDA GPU(s), 0 visible; only the preflight ran, the GSM8K stage "
-        f"did not (set {PREFLIGHT_ONLY_ENV}=1 to make this a pass)"
+        f"did not (set {PREFLIGHT_ONLY_ENV}=1 for a preflight-only run)"
     )
     assert info.value.exit_code == ExitCode.INFRASTRUCTURE
     assert calls.commands == []
@@ -146,11 +146,30 @@ def test_no_gpu_stops_after_preflight_with_3(tmp_path: Path, matrix: Path) -> No
     assert record["preflight"]["passed"] is True
 
 
-def test_preflight_only_run_without_gpu_is_a_pass(tmp_path: Path, matrix: Path) -> None:
+@pytest.mark.parametrize("gpus", [[], [H200]])
+def test_preflight_only_run_stops_after_preflight_with_0(
+    tmp_path: Path, matrix: Path, gpus: list[dict[str, str]]
+) -> None:
     calls = Calls(passing())
-    code, record = session(tmp_path, calls, [], {PREFLIGHT_ONLY_ENV: "1"})
+    code, record = session(tmp_path, calls, gpus, {PREFLIGHT_ONLY_ENV: "1"})
     assert (code, record["outcome"], record["exit_code"]) == (0, "preflight_only", 0)
+    assert record["message"] == (
+        f"humming-0.1.19: preflight passed; GSM8K stage not run ({PREFLIGHT_ONLY_ENV}=1)"
+    )
     assert calls.commands == []
+
+
+def test_a_config_error_ends_the_record_with_exit_2(tmp_path: Path, matrix: Path) -> None:
+    calls = Calls(passing())
+    missing = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError):
+        session(tmp_path, calls, [H200], {}, "0.1.19", "--config", str(missing))
+    record = json.loads((tmp_path / "env" / "humming-install.json").read_text())
+    assert (record["outcome"], record["exit_code"], record["message"]) == (
+        "error",
+        2,
+        f"{missing}: no such file",
+    )
 
 
 def test_with_a_gpu_run_gets_the_arguments_and_its_code_is_the_session_code(

@@ -5,8 +5,8 @@
 2. refuse (125) unless the installed humming-kernels is the one NAME says;
 3. compare with sibling environments of the same stack (the single-variable check; recorded);
 4. the CPU preflight (125 on failure), unless the matrix recipe declares `preflight = false`;
-5. without the GPUs the cell needs: stop, saying only the preflight ran (exit 3; exit 0 when
-   HUMMING_MATRIX_PREFLIGHT_ONLY=1 asked for exactly that);
+5. with HUMMING_MATRIX_PREFLIGHT_ONLY=1: stop after the preflight (exit 0); without the GPUs
+   the cell needs: stop, saying only the preflight ran (exit 3);
 6. `humming-matrix run RUN_ARGS` (or `kernels` with --kernels), its exit code the session's.
 
 The noxfile only installs and calls this; every decision lives here.
@@ -24,7 +24,13 @@ from typing import Any
 
 from humming_matrix import environment, installation
 from humming_matrix.config import load_configs
-from humming_matrix.errors import ExitCode, NoGPUError, UntestableError, UsageError
+from humming_matrix.errors import (
+    ExitCode,
+    HummingMatrixError,
+    NoGPUError,
+    UntestableError,
+    UsageError,
+)
 from humming_matrix.installation import Outcome, Stage
 from humming_matrix.matrix import Cell, load_matrix
 from humming_matrix.preflight import PreflightReport, run_preflight
@@ -49,8 +55,8 @@ def register(sub: Any) -> None:
         "session",
         help="one nox matrix session: record, verify, preflight, then run (called by noxfile)",
         description="Record the environment, refuse a wrong humming-kernels (125), run the CPU "
-        "preflight (125 on failure), stop without the GPUs the cell needs (3, or 0 with "
-        f"{PREFLIGHT_ONLY_ENV}=1), then `humming-matrix run` with the arguments after `--`.",
+        f"preflight (125 on failure), stop there with {PREFLIGHT_ONLY_ENV}=1 (0) or without the "
+        "GPUs the cell needs (3), then `humming-matrix run` with the arguments after `--`.",
     )
     p.add_argument("name", help="the session name, e.g. humming-0.1.19 or kernels-0.1.19-cu128")
     p.add_argument(
@@ -140,6 +146,28 @@ def execute(
     environ = os.environ if environ is None else environ
     cell = load_matrix().cell(args.name)
     path = _record_path(args, environ)
+    try:
+        return _pipeline(args, cell, path, seams, environ)
+    except HummingMatrixError as exc:
+        # Whatever stopped the session, its record must end with the code (CI reads it there).
+        if path.is_file():
+            record = installation.read_record(path)
+            if record.exit_code is None:
+                installation.write_record(
+                    path,
+                    replace(
+                        record,
+                        outcome=Outcome.ERROR,
+                        message=str(exc),
+                        exit_code=int(exc.exit_code),
+                    ),
+                )
+        raise
+
+
+def _pipeline(
+    args: argparse.Namespace, cell: Cell, path: Path, seams: Seams, environ: Mapping[str, str]
+) -> int:
     record = installation.capture(cell, packages=seams.packages())
     if args.install_failed:
         message = (
@@ -202,27 +230,33 @@ def execute(
         record = replace(record, preflight={"passed": None, "skipped": skipped})
         print(f"preflight: {skipped}", flush=True)
 
+    if environ.get(PREFLIGHT_ONLY_ENV) == "1" and cell.recipe.preflight:
+        message = f"{cell.session}: preflight passed; GSM8K stage not run ({PREFLIGHT_ONLY_ENV}=1)"
+        installation.write_record(
+            path, replace(record, outcome=Outcome.PREFLIGHT_ONLY, message=message, exit_code=0)
+        )
+        print(message, flush=True)
+        return int(ExitCode.OK)
+
     needed = _gpus_needed(cell, [c.tensor_parallel_size for c in configs])
-    if needed:
-        seen = seams.gpus()
-        if len(seen) < needed:
-            ran = "only the preflight ran" if cell.recipe.preflight else "nothing was run"
-            message = (
-                f"{cell.session}: needs {needed} CUDA GPU(s), {len(seen)} visible; "
-                f"{ran}, the GSM8K stage did not"
-            )
-            accepted = environ.get(PREFLIGHT_ONLY_ENV) == "1" and cell.recipe.preflight
-            code = ExitCode.OK if accepted else ExitCode.INFRASTRUCTURE
-            installation.write_record(
-                path,
-                replace(
-                    record, outcome=Outcome.PREFLIGHT_ONLY, message=message, exit_code=int(code)
-                ),
-            )
-            if accepted:
-                print(f"{message} ({PREFLIGHT_ONLY_ENV}=1)", flush=True)
-                return int(code)
-            raise NoGPUError(f"{message} (set {PREFLIGHT_ONLY_ENV}=1 to make this a pass)")
+    seen = seams.gpus() if needed else []
+    if len(seen) < needed:
+        ran = "only the preflight ran" if cell.recipe.preflight else "nothing was run"
+        message = (
+            f"{cell.session}: needs {needed} CUDA GPU(s), {len(seen)} visible; "
+            f"{ran}, the GSM8K stage did not"
+        )
+        installation.write_record(
+            path,
+            replace(
+                record,
+                outcome=Outcome.PREFLIGHT_ONLY,
+                message=message,
+                exit_code=int(ExitCode.INFRASTRUCTURE),
+            ),
+        )
+        hint = f" (set {PREFLIGHT_ONLY_ENV}=1 for a preflight-only run)"
+        raise NoGPUError(message + (hint if cell.recipe.preflight else ""))
 
     record = record.advance(Stage.RUN)
     installation.write_record(path, record)
