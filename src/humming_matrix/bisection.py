@@ -168,9 +168,14 @@ class Bisection:
         ends = sum(
             1 for i in (0, len(self.versions) - 1) if self._verdict_at(i) is None
         )
-        verify_rounds = math.ceil(ends / jobs) if ends else 0
         untested = len(self._candidates())
-        return verify_rounds + math.ceil(math.log(untested + 1, jobs + 1) - 1e-9)
+        if ends and jobs > ends:
+            # One round verifies and cuts the window with the spare jobs at the same time.
+            spare = min(jobs - ends, untested)
+            left = math.ceil((untested - spare) / (spare + 1))
+            return 1 + _rounds(left, jobs)
+        verify_rounds = math.ceil(ends / jobs) if ends else 0
+        return verify_rounds + _rounds(untested, jobs)
 
     def next_probes(self, jobs: int = 1) -> tuple[str, ...]:
         """The versions to test next, at most `jobs` of them; empty when done."""
@@ -182,12 +187,20 @@ class Bisection:
         if phase is Phase.VERIFYING:
             # The good endpoint first: its record is the baseline every other probe is judged by.
             missing = [i for i in (0, len(self.versions) - 1) if self._verdict_at(i) is None]
-            return tuple(self.versions[i] for i in missing[:jobs])
+            ends = tuple(self.versions[i] for i in missing[:jobs])
+            # Spare jobs start the search at once rather than idle through the verification
+            # round (a round is an hour of GPU time); if an endpoint fails, they were wasted.
+            return ends + self._cuts(jobs - len(ends))
+        return self._cuts(jobs)
+
+    def _cuts(self, jobs: int) -> tuple[str, ...]:
+        """Up to `jobs` untested versions that split the window into near-equal parts."""
         lo, hi = self.window()
         free = self._candidates()
+        count = min(jobs, len(free))
         chosen: list[int] = []
-        for k in range(1, min(jobs, len(free)) + 1):
-            ideal = lo + k * (hi - lo) / (min(jobs, len(free)) + 1)
+        for k in range(1, count + 1):
+            ideal = lo + k * (hi - lo) / (count + 1)
             # Nearest untested version to the ideal cut; ties go to the lower one, as
             # git bisect does, so a run is reproducible.
             best = min(
@@ -239,6 +252,11 @@ class Bisection:
             contradictions,
             f"first bad {first_bad}, last good {last_good}",
         )
+
+
+def _rounds(untested: int, jobs: int) -> int:
+    """Worst-case rounds to decide `untested` versions with `jobs` probes per round."""
+    return math.ceil(math.log(untested + 1, jobs + 1) - 1e-9)
 
 
 Oracle = Callable[[Sequence[str]], Mapping[str, Verdict]]

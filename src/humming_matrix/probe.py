@@ -34,6 +34,7 @@ from typing import IO, Protocol
 from humming_matrix import environment
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import RecordError, UsageError
+from humming_matrix.kernels.record import RECORD_NAME as KERNEL_RECORD_NAME
 from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
 from humming_matrix.results import (
@@ -41,7 +42,7 @@ from humming_matrix.results import (
     RecordKind,
     load_gsm8k_record,
     new_run_id,
-    record_paths,
+    record_filename,
 )
 from humming_matrix.slots import DEVICES_ENV, SLOT_DIR_ENV, SlotPool
 
@@ -297,20 +298,23 @@ class Prober:
         if self.suite.tier is Tier.KERNELS:
             return self._stored_kernels(cell)
         best: dict[str, tuple[str, Path]] = {}
-        wanted = {c.name: c for c in self.suite.configs}
-        for path, record in _readable_records(self.suite.store):
-            config = wanted.get(record.config.name)
-            if config is None or not self._reusable(record, config, cell):
-                continue
-            if record.config.name not in best or record.run_id > best[record.config.name][0]:
-                best[record.config.name] = (record.run_id, path)
-        if set(best) != set(wanted):
+        for config in self.suite.configs:
+            # Record file names carry kind, config and version (results.record_filename): read
+            # only the candidates, not every record in a store that grows with every run.
+            pattern = record_filename(RecordKind.GSM8K, config.name, str(cell.humming), "*")
+            for path, record in _readable_records(self.suite.store, pattern):
+                if record.config.name != config.name or not self._reusable(record, config, cell):
+                    continue
+                if config.name not in best or record.run_id > best[config.name][0]:
+                    best[config.name] = (record.run_id, path)
+        if len(best) != len(self.suite.configs):
             return None
         return {name: path for name, (_, path) in best.items()}
 
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
         newest: tuple[str, Path] | None = None
-        for path in record_paths(self.suite.store, RecordKind.KERNELS):
+        pattern = record_filename(RecordKind.KERNELS, KERNEL_RECORD_NAME, str(cell.humming), "*")
+        for path in sorted(self.suite.store.rglob(pattern)):
             try:
                 data = load_kernel_record(path)
             except RecordError:
@@ -407,10 +411,12 @@ class Prober:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _readable_records(store: Path) -> Iterator[tuple[Path, Gsm8kRecord]]:
-    """Every GSM8K record a probe could reuse. An unreadable file is skipped here: compare and
-    report refuse it loudly, and it must not stop a bisect that does not need it."""
-    for path in record_paths(store, RecordKind.GSM8K):
+def _readable_records(store: Path, pattern: str) -> Iterator[tuple[Path, Gsm8kRecord]]:
+    """The GSM8K records whose file names match `pattern`. An unreadable file is skipped here:
+    compare and report refuse it loudly, and it must not stop a bisect that does not need it."""
+    for path in sorted(store.rglob(pattern)):
+        if path.name.startswith(".tmp-"):
+            continue
         try:
             yield path, load_gsm8k_record(path)
         except RecordError:

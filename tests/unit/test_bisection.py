@@ -138,12 +138,13 @@ def test_nary_rounds_split_the_window() -> None:
     versions = tuple(f"0.1.{i}" for i in range(12, 20))
     oracle = PlantedOracle(versions, versions.index("0.1.17"))
     state = Bisection(versions)
-    assert state.steps_left(3) == 1 + 2  # one round for both endpoints, log4(6 + 1) -> 2
+    # One round verifies both endpoints and spends the third job on the midpoint; the four
+    # versions left then fit in one round of three.
+    assert state.steps_left(3) == 2
     outcome = search(state, oracle, jobs=3).outcome()
     assert oracle.rounds == [
-        ("0.1.12", "0.1.19"),
-        ("0.1.14", "0.1.15", "0.1.17"),
-        ("0.1.16",),
+        ("0.1.12", "0.1.19", "0.1.15"),
+        ("0.1.16", "0.1.17", "0.1.18"),
     ]
     assert outcome.first_bad == "0.1.17"
 
@@ -161,17 +162,32 @@ def test_nary_worst_case_rounds_on_a_wide_range() -> None:
     assert worst == {1: 5, 4: 2}
 
 
+def test_verification_round_uses_spare_jobs_over_the_full_release_list() -> None:
+    """0.1.0..0.1.20 with endpoints verified: worst-case rounds per job count."""
+    worst = {}
+    for jobs in (1, 2, 4, 8):
+        worst[jobs] = max(
+            len(search_rounds(PlantedOracle(RELEASED, first_bad), jobs))
+            for first_bad in range(1, len(RELEASED))
+        )
+    assert worst == {1: 7, 2: 4, 4: 3, 8: 2}
+
+
+def search_rounds(oracle: PlantedOracle, jobs: int) -> list[tuple[str, ...]]:
+    search(Bisection(oracle.versions), oracle, jobs)
+    return oracle.rounds
+
+
 def test_non_monotonic_results_are_reported_not_hidden() -> None:
     versions = tuple(f"0.1.{i}" for i in range(12, 20))
-    truth = {"0.1.13": Verdict.GOOD, "0.1.14": Verdict.BAD, "0.1.15": Verdict.GOOD,
-             "0.1.17": Verdict.BAD, "0.1.12": Verdict.GOOD, "0.1.19": Verdict.BAD}
+    bad = {"0.1.15", "0.1.17", "0.1.18", "0.1.19"}  # 0.1.16 good again: not monotonic
 
     def oracle(probes: Sequence[str]) -> Mapping[str, Verdict]:
-        return {v: truth[v] for v in probes}
+        return {v: Verdict.BAD if v in bad else Verdict.GOOD for v in probes}
 
-    outcome = search(Bisection(versions), oracle, jobs=3).outcome()
-    assert (outcome.last_good, outcome.first_bad) == ("0.1.13", "0.1.14")
-    assert outcome.contradictions == ("0.1.15",)
+    outcome = search(Bisection(versions), oracle, jobs=4).outcome()
+    assert (outcome.last_good, outcome.first_bad) == ("0.1.14", "0.1.15")
+    assert outcome.contradictions == ("0.1.16",)
 
 
 def test_endpoints_are_verified_first_and_the_good_one_leads() -> None:
@@ -179,7 +195,9 @@ def test_endpoints_are_verified_first_and_the_good_one_leads() -> None:
     state = Bisection(versions)
     assert state.phase is Phase.VERIFYING
     assert state.next_probes(1) == ("0.1.0",)
-    assert state.next_probes(4) == ("0.1.0", "0.1.4")
+    assert state.next_probes(2) == ("0.1.0", "0.1.4")
+    # Spare jobs already cut the window while the endpoints are verified.
+    assert state.next_probes(4) == ("0.1.0", "0.1.4", "0.1.1", "0.1.3")
     state = state.record("0.1.0", Verdict.GOOD)
     assert state.next_probes(1) == ("0.1.4",)
 

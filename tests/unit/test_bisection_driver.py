@@ -321,5 +321,7 @@ def test_nary_probes_run_in_parallel_rounds(
     session = SessionDouble(config, bad_from="0.1.6", wrong=range(10))
     result, _ = bisect(tmp_path, matrix, config, session, jobs=3)
     assert result.outcome.first_bad == "0.1.6"
-    assert sorted(session.calls[:2]) == ["humming-0.1.2", "humming-0.1.8"]
-    assert sorted(session.calls[2:]) == ["humming-0.1.3", "humming-0.1.5", "humming-0.1.6"]
+    # Round 1: both endpoints and, with the spare job, the midpoint; round 2: the rest.
+    assert sorted(session.calls[:3]) == ["humming-0.1.2", "humming-0.1.5", "humming-0.1.8"]
+    assert sorted(session.calls[3:]) == ["humming-0.1.6", "humming-0.1.7"]
+    assert result.entries["0.1.5"].verdict is Verdict.GOOD
