@@ -6,6 +6,7 @@ preflight verdict are the injected seams; the matrix, configs and records are re
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from humming_matrix.cli.session import PREFLIGHT_ONLY_ENV, Seams, execute
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import ConfigError, ExitCode, NoGPUError, UntestableError
 from humming_matrix.preflight import Check, CheckStatus, PreflightReport
+from humming_matrix.slots import SlotPool
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "gsm8k" / "humming" / "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8.yaml"
@@ -38,6 +40,7 @@ class Calls:
         self.report = report
         self.preflight: list[tuple[list[str], bool]] = []
         self.commands: list[list[str]] = []
+        self.visible: list[str | None] = []
 
     def run_preflight(self, configs: Sequence[EvalConfig], *, expect_vllm: bool) -> PreflightReport:
         self.preflight.append(([c.name for c in configs], expect_vllm))
@@ -45,6 +48,7 @@ class Calls:
 
     def command(self, argv: Sequence[str]) -> int:
         self.commands.append(list(argv))
+        self.visible.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
         return 1
 
 
@@ -173,13 +177,20 @@ def test_a_config_error_ends_the_record_with_exit_2(tmp_path: Path, matrix: Path
 
 
 def test_with_a_gpu_run_gets_the_arguments_and_its_code_is_the_session_code(
-    tmp_path: Path, matrix: Path
+    tmp_path: Path, matrix: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = Calls(passing())
-    code, record = session(tmp_path, calls, [H200], {}, "0.1.19", "--limit", "5")
+    # A real slot pool of two GPUs in a private folder; GPU "0" is held by someone else.
+    monkeypatch.setenv("HUMMING_MATRIX_GPUS", "0,1")
+    monkeypatch.setenv("HUMMING_MATRIX_SLOT_DIR", str(tmp_path / "slots"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with SlotPool.from_environment().acquire(1, owner="someone else"):
+        code, record = session(tmp_path, calls, [H200], {}, "0.1.19", "--limit", "5")
     assert calls.commands == [
         ["run", "--config", str(CONFIG), "--limit", "5", "--results", str(tmp_path / "store")]
     ]
+    assert calls.visible == ["1"]  # the run saw only the GPU its lease holds...
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ  # ...and only while it ran
     assert (code, record["outcome"], record["exit_code"]) == (1, "ran", 1)
     assert record["stages"] == ["installed", "verified", "preflight", "run"]
 

@@ -15,9 +15,11 @@ The noxfile only installs and calls this; every decision lives here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,9 +36,36 @@ from humming_matrix.errors import (
 from humming_matrix.installation import Outcome, Stage
 from humming_matrix.matrix import Cell, load_matrix
 from humming_matrix.preflight import PreflightReport, run_preflight
+from humming_matrix.slots import CUDA_ENV, Holder, SlotPool
 
 PREFLIGHT_ONLY_ENV = "HUMMING_MATRIX_PREFLIGHT_ONLY"
 DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
+
+
+@contextlib.contextmanager
+def gpu_lease(owner: str, needed: int) -> Iterator[None]:
+    """Hold `needed` GPUs from the machine's slot pool while the stage runs, so `nox -j N` never
+    puts two servers on one GPU; the run (and the `vllm serve` it starts) sees only those GPUs."""
+    if needed == 0:
+        yield
+        return
+
+    def waiting(holders: tuple[Holder, ...]) -> None:
+        print(
+            f"{owner}: waiting for {needed} GPU(s): " + "; ".join(h.describe() for h in holders),
+            flush=True,
+        )
+
+    with SlotPool.from_environment().acquire(needed, owner=owner, on_wait=waiting) as lease:
+        previous = os.environ.get(CUDA_ENV)
+        os.environ.update(lease.environ())
+        try:
+            yield
+        finally:
+            if previous is None:
+                os.environ.pop(CUDA_ENV, None)
+            else:
+                os.environ[CUDA_ENV] = previous
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,7 @@ class Seams:
     gpus: Callable[[], list[dict[str, str]]] = environment.gpus
     preflight: Callable[..., PreflightReport] = run_preflight
     command: Callable[[Sequence[str]], int] | None = None  # None: humming_matrix.cli.main
+    gpu_lease: Callable[[str, int], AbstractContextManager[None]] = gpu_lease
 
 
 def register(sub: Any) -> None:
@@ -260,7 +290,8 @@ def _pipeline(
 
     record = record.advance(Stage.RUN)
     installation.write_record(path, record)
-    code = command(["run", *full_args])
+    with seams.gpu_lease(cell.session, needed):
+        code = command(["run", *full_args])
     installation.write_record(path, replace(record, outcome=Outcome.RAN, exit_code=code))
     return code
 
