@@ -4,7 +4,8 @@
 
 Prints: one table of versions x cases (state, mean relative error and median time at the largest
 batch size), the time table at every batch size, and each release judged against the release
-before it by `compare_kernel_records` (only the verdicts that are not `same`).
+before it by `compare_kernel_records` (only the verdicts that are not `same`; time verdicts only
+where both releases have several runs).
 """
 
 from __future__ import annotations
@@ -73,13 +74,17 @@ def main(argv: list[str]) -> int:
     for prev, cur in itertools.pairwise(versions):
         cmp = compare_kernel_records(grouped[prev], grouped[cur])
         quiet = (TimeVerdict.SAME, TimeVerdict.UNKNOWN)
-        changed = [v for v in cmp.verdicts if v.verdict is not Verdict.SAME or v.time not in quiet]
+        # Time verdicts count only where both sides have several runs (see judge.CaseVerdict).
+        changed = [
+            v for v in cmp.verdicts
+            if v.verdict is not Verdict.SAME or (v.time not in quiet and v.time_runs_measured)
+        ]
         if not changed:
             print(f"- {cur} vs {prev}: no change beyond the noise")
             continue
         print(f"- {cur} vs {prev}: " + "; ".join(
             f"{v.case} m={v.m}: {v.verdict.value}"
-            + ("" if v.time in (TimeVerdict.SAME, TimeVerdict.UNKNOWN)
+            + ("" if v.time in quiet or not v.time_runs_measured
                else f", {v.time.value} {v.time_ratio:.2f}x")
             + (f" ({v.note[:120]})" if v.note else "")
             for v in changed

@@ -166,8 +166,11 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
         "batches": [],
     }
     began = time.perf_counter()
+    lock = plan.get("gpu_lock")
     try:
-        layer = adapter.build(case, weights, device)
+        # transform() repacks the weights on the GPU: not while another worker is timing.
+        with gpu_turn(lock):
+            layer = adapter.build(case, weights, device)
     except Exception as exc:
         result["state"] = "unsupported" if adapter.is_api_gap(exc) else "error"
         result["reason"] = f"build: {type(exc).__name__}: {exc}".strip()
@@ -176,8 +179,9 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     torch.cuda.synchronize()
     result["build_seconds"] = time.perf_counter() - began
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
-    w_ref = _dequantize_on_gpu(weights)
-    w_sq = (torch.linalg.vector_norm(w_ref, dim=-1).double() ** 2).cpu().numpy()
+    with gpu_turn(lock):
+        w_ref = _dequantize_on_gpu(weights)
+        w_sq = (torch.linalg.vector_norm(w_ref, dim=-1).double() ** 2).cpu().numpy()
     for m in plan["batch_sizes"]:
         batch = run_batch(case, layer, w_ref, w_sq, m, plan, device)
         result["batches"].append(batch)
