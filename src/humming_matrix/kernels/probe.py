@@ -79,6 +79,19 @@ def gpu_turn(lock_path: str | None) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def describe(exc: BaseException) -> str:
+    """`Type: message`; for a bare `assert` (no message) the failing line, which says what."""
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if str(exc):
+        return text
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return text
+    last = frames[-1]
+    where = "/".join(Path(last.filename).parts[-3:])
+    return f"{text} at {where}:{last.lineno}: {(last.line or '').strip()}"
+
+
 def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights:
     """Seeded weights, cached on disk so that every version's worker loads the same bytes fast."""
     if cache_dir is None:
@@ -173,7 +186,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
             layer = adapter.build(case, weights, device)
     except Exception as exc:
         result["state"] = "unsupported" if adapter.is_api_gap(exc) else "error"
-        result["reason"] = f"build: {type(exc).__name__}: {exc}".strip()
+        result["reason"] = f"build: {describe(exc)}"
         result["traceback"] = traceback.format_exc(limit=-4)
         return result
     torch.cuda.synchronize()
@@ -277,7 +290,7 @@ def run_batch(
             batch["tflops"] = flop / (t.median_ms * 1e-3) / 1e12
             batch["gbps"] = moved / (t.median_ms * 1e-3) / 1e9
     except Exception as exc:
-        batch["error"] = f"{type(exc).__name__}: {exc}".strip()
+        batch["error"] = describe(exc)
         batch["traceback"] = traceback.format_exc(limit=-4)
         with suppress(Exception):  # a poisoned context raises here too; the worker then exits
             torch.cuda.synchronize()
