@@ -122,10 +122,11 @@ def _check(path: Path, key: str, value: Any) -> None:
         raise ConfigError(path, key, f"expected {wanted}, got {type(value).__name__} {value!r}")
 
 
-def _env(path: Path, raw: Mapping[Any, Any] | None) -> dict[str, str]:
+def parse_env(path: Path, raw: Mapping[Any, Any] | None, key: str = "env") -> dict[str, str]:
+    """A config's environment for the server: names to strings (bare numbers allowed)."""
     env: dict[str, str] = {}
     for name, value in (raw or {}).items():
-        where = f"env.{name}"
+        where = f"{key}.{name}"
         if not isinstance(name, str) or not name:
             raise ConfigError(path, where, "variable names must be non-empty strings")
         # vLLM passes these to the server's environment; numbers are written bare in some configs.
@@ -135,7 +136,8 @@ def _env(path: Path, raw: Mapping[Any, Any] | None) -> dict[str, str]:
     return env
 
 
-def _server_args(path: Path, text: str) -> tuple[str, ...]:
+def split_server_args(path: Path, text: str) -> tuple[str, ...]:
+    """`server_args` split as vLLM's harness splits it; flags the launcher owns are refused."""
     try:
         args = tuple(shlex.split(text))
     except ValueError as exc:
@@ -150,7 +152,8 @@ def _server_args(path: Path, text: str) -> tuple[str, ...]:
     return args
 
 
-def load_config(path: Path) -> EvalConfig:
+def read_yaml_mapping(path: Path) -> tuple[bytes, dict[Any, Any]]:
+    """The file's bytes (for its sha256) and its YAML, which must be a mapping."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -166,6 +169,11 @@ def load_config(path: Path) -> EvalConfig:
         raise ConfigError(path, where, f"not valid YAML ({reason})") from None
     if not isinstance(raw, dict):
         raise ConfigError(path, None, "expected a mapping of keys to values")
+    return data, raw
+
+
+def load_config(path: Path) -> EvalConfig:
+    data, raw = read_yaml_mapping(path)
     for key in raw:
         if key not in SCHEMA:
             raise ConfigError(path, str(key), "unknown key")
@@ -196,8 +204,8 @@ def load_config(path: Path) -> EvalConfig:
         accuracy_threshold=float(raw["accuracy_threshold"]),
         num_questions=raw["num_questions"],
         num_fewshot=raw["num_fewshot"],
-        server_args=_server_args(path, get("server_args", "")),
-        env=_env(path, raw.get("env")),
+        server_args=split_server_args(path, get("server_args", "")),
+        env=parse_env(path, raw.get("env")),
         tolerance=float(get("tolerance", DEFAULT_TOLERANCE)),
         startup_max_wait_seconds=float(
             get("startup_max_wait_seconds", DEFAULT_STARTUP_MAX_WAIT_SECONDS)

@@ -37,6 +37,7 @@ from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.kernels.record import RECORD_NAME as KERNEL_RECORD_NAME
 from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
+from humming_matrix.process_group import stop_group
 from humming_matrix.results import (
     Gsm8kRecord,
     RecordKind,
@@ -44,10 +45,10 @@ from humming_matrix.results import (
     new_run_id,
     record_filename,
 )
+from humming_matrix.server import log_tail
 from humming_matrix.slots import DEVICES_ENV, SLOT_DIR_ENV, SlotPool
 
 DEFAULT_PROBE_TIMEOUT_S = 4 * 3600.0
-_TAIL_LINES = 40
 
 
 class ProbeStatus(str, Enum):
@@ -184,59 +185,7 @@ def _process_group(
         yield process
     finally:
         # Also when nox itself is gone: a session's server may outlive it in the group.
-        _kill_group(process, grace)
-
-
-def _kill_group(process: subprocess.Popen[bytes], grace: float) -> None:
-    # nox forwards SIGTERM to its session, whose `run` tears its server down; SIGKILL after a
-    # grace period covers a child that ignores it.
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        process.wait()
-        return  # the whole group is gone already
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if process.poll() is not None and not _group_alive(process.pid):
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    # SIGKILL is delivered asynchronously; give the members a moment to be gone.
-    deadline = time.monotonic() + 5.0
-    while _group_alive(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs. Zombies (dead, awaiting a reaper that a
-    container's init may never be) do not count; /proc tells them apart where it exists."""
-    proc = Path("/proc")
-    if proc.is_dir():
-        for stat in proc.glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def log_tail(path: Path, lines: int = _TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+        stop_group(process, grace)
 
 
 def _reason_from(tail: str) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from humming_matrix.errors import ServerError
+from humming_matrix.process_group import stop_group
 
 FIXED_FLAGS = ("--trust-remote-code", "--disable-uvicorn-access-log")
 SERVER_SEED = "0"
@@ -100,32 +101,7 @@ class RunningServer:
 
     def stop(self, grace: float = TERM_GRACE_SECONDS) -> None:
         """SIGTERM the whole process group, then SIGKILL what is left after `grace` seconds."""
-        pgid = self.process.pid  # start_new_session=True: the leader's pid is the group id
-        _signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            self.process.poll()
-            if not _group_alive(pgid):
-                break
-            time.sleep(0.05)
-        _signal_group(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        stop_group(self.process, grace)
 
 
 def wait_until_healthy(

@@ -13,15 +13,17 @@ model at it. `ServerSpec` below is where that translation lives.
 from __future__ import annotations
 
 import hashlib
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from humming_matrix.config import RESERVED_SERVER_FLAGS, read_config_list
+from humming_matrix.config import (
+    parse_env,
+    read_config_list,
+    read_yaml_mapping,
+    split_server_args,
+)
 from humming_matrix.errors import ConfigError
 from humming_matrix.server import ServerSpec
 
@@ -243,52 +245,8 @@ def _tasks(path: Path, raw: list[Any]) -> tuple[TaskSpec, ...]:
     return tuple(tasks)
 
 
-def _env_vars(path: Path, raw: Mapping[Any, Any] | None) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for name, value in (raw or {}).items():
-        where = f"env_vars.{name}"
-        if not isinstance(name, str) or not name:
-            raise ConfigError(path, where, "variable names must be non-empty strings")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ConfigError(path, where, f"expected a string, got {type(value).__name__}")
-        env[name] = str(value)
-    return env
-
-
-def _server_args(path: Path, text: str) -> tuple[str, ...]:
-    try:
-        args = tuple(shlex.split(text))
-    except ValueError as exc:
-        raise ConfigError(path, "server_args",
-                          f"cannot be split like a shell line ({exc})") from None
-    for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in RESERVED_SERVER_FLAGS:
-            raise ConfigError(path, "server_args", f"{flag} is set by the launcher; remove it")
-    return args
-
-
-def _read(path: Path) -> tuple[bytes, dict[str, Any]]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(path, None, "no such file") from None
-    except OSError as exc:
-        raise ConfigError(path, None, f"cannot read ({exc.strerror})") from None
-    try:
-        raw = yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        where = f"line {line + 1}" if line is not None else None
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(path, where, f"not valid YAML ({reason})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(path, None, "expected a mapping of keys to values")
-    return data, raw
-
-
 def load_lm_eval_config(path: Path) -> LmEvalConfig:
-    data, raw = _read(path)
+    data, raw = read_yaml_mapping(path)
     for key in raw:
         if key not in SCHEMA:
             raise ConfigError(path, str(key), "unknown key")
@@ -331,7 +289,7 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
         num_fewshot=raw["num_fewshot"],
         limit=limit,
         rtol=float(rtol),
-        env_vars=_env_vars(path, raw.get("env_vars")),
+        env_vars=parse_env(path, raw.get("env_vars"), "env_vars"),
         max_model_len=raw.get("max_model_len", DEFAULT_MAX_MODEL_LEN),
         enforce_eager=raw.get("enforce_eager", DEFAULT_ENFORCE_EAGER),
         kv_cache_dtype=raw.get("kv_cache_dtype", DEFAULT_KV_CACHE_DTYPE),
@@ -341,7 +299,7 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
         apply_chat_template=raw.get("apply_chat_template", False),
         fewshot_as_multiturn=raw.get("fewshot_as_multiturn", False),
         gen_kwargs=raw.get("gen_kwargs"),
-        server_args=_server_args(path, raw.get("server_args", "")),
+        server_args=split_server_args(path, raw.get("server_args", "")),
         startup_max_wait_seconds=float(
             raw.get("startup_max_wait_seconds", DEFAULT_STARTUP_MAX_WAIT_SECONDS)),
         num_concurrent=raw.get("num_concurrent", DEFAULT_NUM_CONCURRENT),
