@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from humming_matrix.cli import report_fault
+from humming_matrix.cli.run import add_suite_arguments
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
 from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.lmeval.config import load_lm_eval_configs
@@ -25,16 +25,8 @@ def register(sub: Any) -> None:
         "pip install 'humming-matrix[lm-eval]'. Exit 0 all pass, 1 a metric below its "
         "threshold, 2 usage or config error, 3 infrastructure failure.",
     )
-    p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
-                   help="an lm-eval config (vLLM's YAML format); repeatable")
-    p.add_argument("--config-list", action="append", type=Path, default=[], metavar="FILE",
-                   help="a list file of configs, one per line, relative to the list; repeatable")
-    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
-                   help="the result store (default: results/local)")
-    p.add_argument("--endpoint", metavar="URL",
-                   help="use a server that is already up instead of launching `vllm serve`")
-    p.add_argument("--limit", type=int, metavar="N",
-                   help="at most N documents per task (caps the config's `limit`)")
+    add_suite_arguments(p, "an lm-eval config (vLLM's YAML format)",
+                        "at most N documents per task (caps the config's `limit`)")
     p.add_argument("--tp-size", type=int, default=1, metavar="N",
                    help="tensor parallel size, as vLLM's harness takes it (default 1)")
     p.add_argument("--resume", action="store_true",

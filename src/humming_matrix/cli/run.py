@@ -14,6 +14,19 @@ from humming_matrix.progress import Progress
 from humming_matrix.runner import RunOptions, run_config
 
 
+def add_suite_arguments(p: argparse.ArgumentParser, config_help: str, limit_help: str) -> None:
+    """The options every suite runner shares: what to run, where records go, which server."""
+    p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
+                   help=f"{config_help}; repeatable")
+    p.add_argument("--config-list", action="append", type=Path, default=[], metavar="FILE",
+                   help="a list file of configs, one per line, relative to the list; repeatable")
+    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
+                   help="the result store (default: results/local)")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="use a server that is already up instead of launching `vllm serve`")
+    p.add_argument("--limit", type=int, metavar="N", help=limit_help)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "run",
@@ -22,16 +35,8 @@ def register(sub: Any) -> None:
         "and write one result record per config. Exit 0 all pass, 1 a config below its "
         "threshold, 2 usage or config error, 3 infrastructure failure.",
     )
-    p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
-                   help="a GSM8K eval config (vLLM's YAML schema); repeatable")
-    p.add_argument("--config-list", action="append", type=Path, default=[], metavar="FILE",
-                   help="a list file of configs, one per line, relative to the list; repeatable")
-    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
-                   help="the result store (default: results/local)")
-    p.add_argument("--endpoint", metavar="URL",
-                   help="use a server that is already up instead of launching `vllm serve`")
-    p.add_argument("--limit", type=int, metavar="N",
-                   help="ask only the first N questions of each config")
+    add_suite_arguments(p, "a GSM8K eval config (vLLM's YAML schema)",
+                        "ask only the first N questions of each config")
     p.add_argument("--resume", action="store_true",
                    help="finish the newest incomplete record of each config in the store, "
                    "without re-asking answered questions")
