@@ -14,18 +14,17 @@ subprocess and file plumbing with a stand-in worker (tests/doubles/kernel_worker
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from humming_matrix.errors import InfrastructureError
+from humming_matrix.process_group import stop_group
 
 DEFAULT_WORKER: tuple[str, ...] = (sys.executable, "-m", "humming_matrix.kernels.probe")
 LOG_TAIL_CHARS = 3000
@@ -42,6 +41,10 @@ class SuiteRun:
     launches: int = 0
 
 
+# A hung kernel ignores SIGTERM; a healthy worker exits at once.
+KILL_GRACE_SECONDS = 5.0
+
+
 @contextmanager
 def worker_process(argv: Sequence[str], log: IO[bytes]) -> Iterator[subprocess.Popen[bytes]]:
     """The worker in a new session; on leaving, its whole process group is gone, always."""
@@ -51,19 +54,7 @@ def worker_process(argv: Sequence[str], log: IO[bytes]) -> Iterator[subprocess.P
     try:
         yield proc
     finally:
-        _kill_group(proc)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5.0)
-    # The leader may be gone while children it started live on: SIGKILL what is left of the group.
-    with suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+        stop_group(proc, KILL_GRACE_SECONDS)
 
 
 class _EventReader:
@@ -181,7 +172,7 @@ class Watchdog:
                         break
                     if self.clock() - last_pulse > self.timeout_s:
                         stalled = current if current is not None else start
-                        _kill_group(proc)
+                        stop_group(proc, KILL_GRACE_SECONDS)
                         results[stalled] = {
                             "case": plan["cases"][stalled],
                             "state": "hang",
