@@ -13,17 +13,20 @@ answered in both runs:
 The gate (exit 1) fails on a regression, or when the candidate misses the config's absolute
 threshold (vLLM's own check, kept as a backstop). An inconclusive result does not fail the gate;
 it is shown with its minimum detectable effect so nobody mistakes it for "no change".
+
+lm-eval records are judged by `humming_matrix.compare_lm_eval` with the same rule, per task and
+metric; what both kinds share (Settings, Cell, `decide`, `select`) lives here.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.results import (
@@ -81,6 +84,13 @@ class Settings:
         return Fraction(repr(self.min_effect))
 
 
+class HasEnvironment(Protocol):
+    """A record of any kind: GSM8K and lm-eval records describe their environment alike."""
+
+    @property
+    def environment(self) -> Mapping[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Cell:
     """The environment a run happened in, as far as the judgement cares: two runs with the same
@@ -93,7 +103,7 @@ class Cell:
     gpu: str | None
 
     @classmethod
-    def of(cls, record: Gsm8kRecord) -> Cell:
+    def of(cls, record: HasEnvironment) -> Cell:
         env = record.environment
 
         def text(key: str) -> str | None:
@@ -124,12 +134,32 @@ class LoadedRecord:
     record: Gsm8kRecord
 
     @property
+    def config_name(self) -> str:
+        return self.record.config.name
+
+    @property
     def cell(self) -> Cell:
         return Cell.of(self.record)
 
     @property
     def order(self) -> tuple[str, str]:
         return (self.record.created, self.record.run_id)
+
+
+class Selectable(Protocol):
+    """What `select` needs of a loaded record, whatever its kind."""
+
+    @property
+    def config_name(self) -> str: ...
+
+    @property
+    def cell(self) -> Cell: ...
+
+    @property
+    def order(self) -> tuple[str, str]: ...
+
+
+LoadedT = TypeVar("LoadedT", bound=Selectable)
 
 
 @dataclass(frozen=True)
@@ -570,12 +600,12 @@ def load_records(location: Path) -> list[LoadedRecord]:
     return [LoadedRecord(p, load_gsm8k_record(p)) for p in record_paths(location, RecordKind.GSM8K)]
 
 
-def select(location: Path, records: Sequence[LoadedRecord]) -> dict[str, LoadedRecord]:
+def select(location: Path, records: Sequence[LoadedT]) -> dict[str, LoadedT]:
     """One record per config from one side: the newest. A side holding one config from two
     environments is ambiguous and refused."""
-    by_config: dict[str, list[LoadedRecord]] = defaultdict(list)
+    by_config: dict[str, list[LoadedT]] = defaultdict(list)
     for loaded in records:
-        by_config[loaded.record.config.name].append(loaded)
+        by_config[loaded.config_name].append(loaded)
     chosen = {}
     for name, group in sorted(by_config.items()):
         cells = sorted({g.cell.label for g in group})
@@ -588,6 +618,21 @@ def select(location: Path, records: Sequence[LoadedRecord]) -> dict[str, LoadedR
             )
         chosen[name] = max(group, key=lambda x: x.order)
     return chosen
+
+
+def check_same_configs(
+    baseline: Path, candidate: Path, base: Mapping[str, object], cand: Mapping[str, object]
+) -> None:
+    """Refuse a config that only one side has a record of: it has nothing to pair with."""
+    missing = sorted(set(base) ^ set(cand))
+    if missing:
+        name = missing[0]
+        where, other = (candidate, baseline) if name in base else (baseline, candidate)
+        raise RecordError(
+            where,
+            f"config {name}",
+            f"no record of this config, but {other} has one: nothing to pair with",
+        )
 
 
 def compare_locations(
@@ -606,15 +651,7 @@ def compare_locations(
         raise RecordError(baseline, None, "holds no GSM8K record")
     if not cand:
         raise RecordError(candidate, None, "holds no GSM8K record")
-    missing = sorted(set(base) ^ set(cand))
-    if missing:
-        name = missing[0]
-        where, other = (candidate, baseline) if name in base else (baseline, candidate)
-        raise RecordError(
-            where,
-            f"config {name}",
-            f"no record of this config, but {other} has one: nothing to pair with",
-        )
+    check_same_configs(baseline, candidate, base, cand)
     sources = [base_records, cand_records, extra]
     results = []
     for name in sorted(base):

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 from humming_matrix.compare import FLIPS_SHOWN, Comparison, ConfigComparison, points
+from humming_matrix.compare_lm_eval import (
+    LmEvalComparison,
+    LmEvalConfigComparison,
+    MetricComparison,
+    backstop_failed,
+    backstop_text,
+    short,
+)
 from humming_matrix.report_markdown import plural
 
 
@@ -63,5 +71,67 @@ def comparison_text(comparison: Comparison) -> str:
         f"gate failed for {failed} of {plural(len(comparison.configs), 'config')}"
         if failed
         else f"no regression in {plural(len(comparison.configs), 'config')}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _metric_block(m: MetricComparison) -> list[str]:
+    t = m.table
+    conf = int(100 * m.settings.confidence)
+    lines = [
+        f"  {m.task} {m.key}: {m.verdict.value.upper()}"
+        + ("  [GATE FAILED]" if m.gate_failed else ""),
+        f"    baseline   {m.baseline.accuracy:.4f} [{m.baseline.interval.low:.4f}, "
+        f"{m.baseline.interval.high:.4f}] ({m.baseline.correct}/{m.baseline.n})",
+        f"    candidate  {m.candidate.accuracy:.4f} [{m.candidate.interval.low:.4f}, "
+        f"{m.candidate.interval.high:.4f}] ({m.candidate.correct}/{m.candidate.n})",
+        f"    difference {points(m.difference)} points, {conf}% paired CI "
+        f"[{points(m.difference_interval.low)}, {points(m.difference_interval.high)}]",
+        f"    flips      b={t.right_to_wrong} right->wrong, c={t.wrong_to_right} wrong->right; "
+        f"one-sided mid-p {m.p_regression:.3g} (worse), {m.p_improvement:.3g} (better)",
+        "    detectable "
+        + (
+            "no drop reaches 80% power with these documents"
+            if m.mde is None
+            else f"{100 * m.mde:.2f} points at 80% power (alpha {m.settings.alpha:g})"
+        ),
+        "    backstop   "
+        + ("not gated: the config names no such metric" if m.backstop is None
+           else backstop_text(m.backstop)),
+    ]
+    if m.flips:
+        shown = ", ".join(
+            f"{f.doc_id} ({short(f.baseline_prediction, 20)}->"
+            f"{short(f.candidate_prediction, 20)}, target {short(f.target, 20)})"
+            for f in m.flips[:FLIPS_SHOWN]
+        )
+        more = f" and {len(m.flips) - FLIPS_SHOWN} more" if len(m.flips) > FLIPS_SHOWN else ""
+        lines.append(f"    flipped    {shown}{more}")
+    return lines
+
+
+def _lm_eval_block(c: LmEvalConfigComparison) -> list[str]:
+    lines = [
+        f"{c.config} (lm-eval)" + ("  [GATE FAILED]" if c.gate_failed else ""),
+        f"  baseline   {c.baseline.cell.label}  run {c.baseline.run_id}",
+        f"  candidate  {c.candidate.cell.label}  run {c.candidate.run_id}",
+    ]
+    for m in c.metrics:
+        lines += _metric_block(m)
+    for check in c.unpaired_checks:
+        lines.append(f"  {check.task} {check.key}: backstop only (no 0/1 outcome per document): "
+                     + backstop_text(check) + ("  [GATE FAILED]" if backstop_failed(check) else ""))
+    return lines
+
+
+def lm_eval_comparison_text(comparison: LmEvalComparison) -> str:
+    lines: list[str] = []
+    for c in comparison.configs:
+        lines += [*_lm_eval_block(c), ""]
+    judged = plural(comparison.judged, "lm-eval metric")
+    lines.append(
+        f"gate failed for {comparison.failed} of {judged}"
+        if comparison.failed
+        else f"no regression in {judged}"
     )
     return "\n".join(lines) + "\n"

@@ -8,11 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.compare import Settings, compare_locations, record_kinds
+from humming_matrix.compare import Comparison, Settings, compare_locations, record_kinds
+from humming_matrix.compare_lm_eval import (
+    LmEvalComparison,
+    compare_lm_eval_locations,
+    lm_eval_comparison_markdown,
+)
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.report import write_text
 from humming_matrix.report_markdown import comparison_markdown
-from humming_matrix.report_text import comparison_text
+from humming_matrix.report_text import comparison_text, lm_eval_comparison_text
 from humming_matrix.results import RecordKind, record_paths
 
 
@@ -24,8 +29,10 @@ def register(sub: Any) -> None:
         "directories) by config name and judge each pair question by question: accuracies with "
         "95%% Wilson intervals, the paired difference (Newcombe), b and c, the one-sided exact "
         "McNemar mid-p, the verdict, the minimum detectable effect and the flipped questions. "
-        "Kernel records go to the kernel judge. Exit 0 no regression, 1 regression (or the "
-        "candidate below its config's absolute threshold), 2 usage error.",
+        "lm-eval records are judged the same way per task and metric, document by document, "
+        "with lm-eval's pass rule as the backstop. Kernel records go to the kernel judge. "
+        "Exit 0 no regression, 1 regression (or the candidate below its config's absolute "
+        "threshold, or lm-eval's pass rule), 2 usage error.",
     )
     p.add_argument("baseline", type=Path, metavar="BASELINE")
     p.add_argument("candidate", type=Path, metavar="CANDIDATE")
@@ -46,8 +53,8 @@ def register(sub: Any) -> None:
         default=[],
         metavar="PATH",
         help="records or a directory holding an A/A pair (two runs of one "
-        "environment) to measure the noise floor against; repeatable. Pairs in "
-        "BASELINE and CANDIDATE are found without it",
+        "environment) to measure the noise floor against; repeatable; GSM8K records only. "
+        "Pairs in BASELINE and CANDIDATE are found without it",
     )
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write Markdown here")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write everything as JSON here")
@@ -62,9 +69,10 @@ def register(sub: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     settings = Settings(alpha=args.alpha, min_effect=args.min_effect)
     base_kinds, cand_kinds = record_kinds(args.baseline), record_kinds(args.candidate)
-    if RecordKind.GSM8K in base_kinds and RecordKind.GSM8K in cand_kinds:
-        return _gsm8k(args, settings)
-    if RecordKind.KERNELS in base_kinds and RecordKind.KERNELS in cand_kinds:
+    shared = base_kinds & cand_kinds
+    if RecordKind.GSM8K in shared or RecordKind.LM_EVAL in shared:
+        return _accuracy(args, settings, shared)
+    if RecordKind.KERNELS in shared:
         return _kernels(args)
     raise UsageError(
         f"nothing to pair: {args.baseline} holds {_kinds(base_kinds)} records and "
@@ -76,14 +84,39 @@ def _kinds(kinds: set[RecordKind]) -> str:
     return " and ".join(sorted(k.value for k in kinds)) or "no"
 
 
-def _gsm8k(args: argparse.Namespace, settings: Settings) -> int:
-    comparison = compare_locations(args.baseline, args.candidate, settings, args.calibration)
-    print(comparison_text(comparison), end="", flush=True)
+def _accuracy(args: argparse.Namespace, settings: Settings, kinds: set[RecordKind]) -> int:
+    """GSM8K and lm-eval records, each kind that both sides hold: a store with runs of both
+    suites is judged on both, since judging one and passing would hide the other's regression."""
+    gsm8k: Comparison | None = None
+    lm_eval: LmEvalComparison | None = None
+    if RecordKind.GSM8K in kinds:
+        gsm8k = compare_locations(args.baseline, args.candidate, settings, args.calibration)
+    elif args.calibration:
+        raise UsageError("--calibration: the A/A noise floor is measured for GSM8K records only")
+    if RecordKind.LM_EVAL in kinds:
+        lm_eval = compare_lm_eval_locations(args.baseline, args.candidate, settings)
+    texts, markdown = [], []
+    # The GSM8K JSON keeps its shape; lm-eval's comes alone, or under "lm_eval" beside it.
+    document: dict[str, Any] = {}
+    if gsm8k is not None:
+        texts.append(comparison_text(gsm8k))
+        markdown.append(comparison_markdown(gsm8k))
+        document = gsm8k.to_json()
+    if lm_eval is not None:
+        texts.append(lm_eval_comparison_text(lm_eval))
+        markdown.append(lm_eval_comparison_markdown(lm_eval))
+        if gsm8k is None:
+            document = lm_eval.to_json()
+        else:
+            document["gate_failed"] = gsm8k.gate_failed or lm_eval.gate_failed
+            document["lm_eval"] = lm_eval.to_json()
+    print("\n".join(texts), end="", flush=True)
     if args.markdown:
-        write_text(args.markdown, comparison_markdown(comparison))
+        write_text(args.markdown, "\n".join(markdown))
     if args.json:
-        write_text(args.json, json.dumps(comparison.to_json(), indent=1) + "\n")
-    return int(ExitCode.FAILED if comparison.gate_failed else ExitCode.OK)
+        write_text(args.json, json.dumps(document, indent=1) + "\n")
+    failed = any(c is not None and c.gate_failed for c in (gsm8k, lm_eval))
+    return int(ExitCode.FAILED if failed else ExitCode.OK)
 
 
 def _kernels(args: argparse.Namespace) -> int:
