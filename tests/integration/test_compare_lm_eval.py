@@ -252,3 +252,19 @@ def test_a_store_of_both_suites_is_judged_on_both(runs: Path, tmp_path: Path) ->
     assert [m["verdict"] for m in document["lm_eval"]["configs"][0]["metrics"]] == [
         "regression", "inconclusive"]
     assert "\nno regression in 1 config\n\nModel-FP8 (lm-eval)  [GATE FAILED]\n" in stdout
+
+
+def test_a_kind_only_one_side_holds_is_named_not_dropped(runs: Path, tmp_path: Path) -> None:
+    """The baseline ran both suites, the candidate only GSM8K: the lm-eval side is not judged,
+    and the output says so rather than letting a pass stand for both."""
+    [(gsm8k_record, _)] = iter_gsm8k_records(runs / "gsm8k")
+    baseline, candidate = tmp_path / "base", tmp_path / "cand"
+    baseline.mkdir()
+    candidate.mkdir()
+    shutil.copy(gsm8k_record, baseline)
+    shutil.copy(gsm8k_record, candidate)
+    shutil.copy(only_path(runs / "store" / "v0.1.6"), baseline)
+    code, _, stderr = compare(baseline, candidate)
+    assert (code, stderr) == (0, (
+        f"humming-matrix: note: lm-eval records were not compared: only {baseline} holds them, "
+        f"{candidate} has none to pair with\n"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +72,29 @@ def main(args: argparse.Namespace) -> int:
     base_kinds, cand_kinds = record_kinds(args.baseline), record_kinds(args.candidate)
     shared = base_kinds & cand_kinds
     if RecordKind.GSM8K in shared or RecordKind.LM_EVAL in shared:
+        _note_unjudged(args, base_kinds, cand_kinds, judged=shared - {RecordKind.KERNELS})
         return _accuracy(args, settings, shared)
     if RecordKind.KERNELS in shared:
+        _note_unjudged(args, base_kinds, cand_kinds, judged={RecordKind.KERNELS})
         return _kernels(args)
     raise UsageError(
         f"nothing to pair: {args.baseline} holds {_kinds(base_kinds)} records and "
         f"{args.candidate} holds {_kinds(cand_kinds)} records"
     )
+
+
+def _note_unjudged(args: argparse.Namespace, base: set[RecordKind], cand: set[RecordKind],
+                   judged: set[RecordKind]) -> None:
+    """Say what was left out, so a record that was not judged is never taken for a pass."""
+    for kind in sorted((base | cand) - judged, key=lambda k: k.value):
+        if kind in base and kind in cand:
+            why = "compare them on their own (point at files or folders of that kind only)"
+        else:
+            holder, other = (args.baseline, args.candidate) if kind in base else (
+                args.candidate, args.baseline)
+            why = f"only {holder} holds them, {other} has none to pair with"
+        print(f"humming-matrix: note: {kind.value} records were not compared: {why}",
+              file=sys.stderr, flush=True)
 
 
 def _kinds(kinds: set[RecordKind]) -> str:
