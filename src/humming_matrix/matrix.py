@@ -65,9 +65,21 @@ _RECIPE_KEYS = frozenset(
         "preflight",
     }
 )
-_VARIANT_KEYS = frozenset({"description", "torch_backend", "index_url", "humming_extra"})
+_VARIANT_KEYS = frozenset(
+    {"description", "torch_backend", "index_url", "humming_extra", "optional"}
+)
 _PAIRING_KEYS = frozenset(
-    {"humming", "versions", "vllm", "torch", "variants", "default_variant", "recipe", "python"}
+    {
+        "humming",
+        "versions",
+        "vllm",
+        "torch",
+        "variants",
+        "default_variant",
+        "recipe",
+        "python",
+        "optional",
+    }
 )
 SCHEMA_VERSION = 1
 
@@ -85,6 +97,7 @@ class Variant:
     index_url: str | None  # an extra index for torch wheels (pip backend, or pinned mirrors)
     humming_extra: str | None  # humming-kernels extra (cu12/cu13) pulling the CUDA toolchain
     description: str = ""
+    optional: bool = False  # its cells may fail without failing CI (Buildkite soft_fail)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,7 @@ class Pairing:
     recipe: Recipe
     python: str | None
     index: int  # position in the file, for error messages
+    optional: bool = False  # its cells may fail without failing CI (Buildkite soft_fail)
 
     def covers(self, version: Version) -> bool:
         return self.humming.contains(version, prereleases=True)
@@ -132,6 +146,7 @@ class Cell:
     is_default_variant: bool  # the session is `humming-<version>` (no variant suffix)
     listed: bool  # named by a pairing's `versions` (False: found by range, e.g. by a bisect)
     default_variant_name: str  # the pairing's default, so an alias session can tell it is one
+    optional: bool = False  # marked optional in the matrix (its pairing or its variant)
 
     @property
     def session(self) -> str:
@@ -330,6 +345,7 @@ class Matrix:
             is_default_variant=default,
             listed=listed,
             default_variant_name=pairing.default_variant.name,
+            optional=pairing.optional or variant.optional,
         )
 
 
@@ -452,6 +468,7 @@ def _variant(name: str, body: Mapping[str, Any], source: Path) -> Variant:
         index_url=_opt_str(body, "index_url", source, where),
         humming_extra=_opt_str(body, "humming_extra", source, where),
         description=_opt_str(body, "description", source, where) or "",
+        optional=_bool(body, "optional", False, source, where),
     )
 
 
@@ -541,6 +558,7 @@ def _pairing(
         recipe=recipe,
         python=_opt_str(body, "python", source, where) or python,
         index=index,
+        optional=_bool(body, "optional", False, source, where),
     )
 
 

@@ -157,8 +157,9 @@ def gpus_for(cell: Cell, configs: Sequence[EvalConfig]) -> int:
 
 
 def is_optional(cell: Cell, marks: Iterable[str]) -> bool:
+    """Marked optional in the matrix data, or by `--optional` (session name or tag)."""
     names = set(marks)
-    return cell.session in names or bool(names & set(cell.tags))
+    return cell.optional or cell.session in names or bool(names & set(cell.tags))
 
 
 def plan_jobs(cells: Sequence[Cell], settings: JobSettings) -> tuple[Job, ...]:

@@ -171,7 +171,12 @@ def test_environment_variable_selects_the_file(
             "[variant.plain]",
             "[variant.plain]\ncolour = 'red'",
             "variant.plain.colour: unknown key (known: description, humming_extra, index_url, "
-            "torch_backend)",
+            "optional, torch_backend)",
+        ),
+        (
+            'versions = ["0.1.19"]',
+            'versions = ["0.1.19"]\noptional = "yes"',
+            "pairing[1].optional: must be true or false, not 'yes'",
         ),
         (
             'versions = ["0.1.19"]',

@@ -397,3 +397,17 @@ def test_docs_show_what_the_code_emits(capsys: pytest.CaptureFixture[str]) -> No
     [entry] = _fenced_blocks(docs, "json")
     first = json.loads(emit(capsys, "--format", "github", "--tag", "humming-0.1.19"))
     assert json.loads(entry) == first["include"][0]
+
+
+def test_soft_fail_from_the_matrix_data(
+    test_repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A variant or pairing marked `optional = true` soft-fails without any --optional flag."""
+    text = TEST_MATRIX.replace('[variant.cu130]\ntorch_backend = "cu130"\n',
+                               '[variant.cu130]\ntorch_backend = "cu130"\noptional = true\n')
+    (test_repo / "matrix.toml").write_text(text)
+    document = yaml.safe_load(emit(capsys, "--format", "buildkite", "--matrix", "matrix.toml",
+                                   "--config-list", "configs/small.txt"))
+    soft = [s["key"] for s in document["steps"] if s.get("soft_fail") is True]
+    assert soft == ["humming-0_1_6-cu130", "humming-0_1_19"]
+    _validate(document, "buildkite")
