@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+# The probe module imports torch-dependent code lazily, so this module collects anywhere.
+from humming_matrix.kernels import probe
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import make_activations, make_routing, make_weights
 from humming_matrix.kernels.judge import CaseState, assess_case
@@ -21,12 +23,17 @@ from humming_matrix.kernels.reference import dequantize, reference_dense, refere
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA GPU", allow_module_level=True)
-pytest.importorskip("humming")
 
-from humming_matrix.kernels import probe  # noqa: E402  (imports torch-dependent code lazily)
+@pytest.fixture(autouse=True)
+def torch() -> Any:
+    """torch with a CUDA GPU and humming-kernels, checked only when these tests are selected
+    (`-m gpu`): at import time the check would show as a skip in every default run."""
+    module = pytest.importorskip("torch")
+    if not module.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    pytest.importorskip("humming")
+    return module
+
 
 DENSE = KernelCase(
     name="mxfp4-bf16-small",
@@ -50,7 +57,7 @@ def test_gpu_dequantisation_equals_the_numpy_reference(case: KernelCase) -> None
     assert np.array_equal(on_gpu, dequantize(weights))
 
 
-def test_gpu_reference_equals_the_numpy_reference() -> None:
+def test_gpu_reference_equals_the_numpy_reference(torch: Any) -> None:
     weights = make_weights(MOE, 0)
     w = dequantize(weights)
     x = make_activations(16, MOE.shape_k, 0)
