@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -82,8 +83,9 @@ def test_numerics_out_of_tolerance_exit_1(tmp_path: Path, monkeypatch: pytest.Mo
 def test_a_hang_is_recorded_and_fails_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The timeout runs from the worker's launch: it must cover a start on a loaded machine.
     code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-qwen3-30b-a3b": "hang"}},
-                "--timeout", "1.5")
+                "--timeout", "3")
     assert code == ExitCode.FAILED
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())
@@ -116,7 +118,23 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pids = tmp_path / "pids"
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGTERM))
+    events = tmp_path / "work" / "events-1.jsonl"
+    hanging = threading.Event()
+
+    def terminate_once_the_third_case_hangs() -> None:
+        # Signal when the worker has begun the hanging case (two cases finished), not after a
+        # fixed delay that a slow machine could outrun.
+        deadline = time.monotonic() + 60
+        while not hanging.is_set() and time.monotonic() < deadline:
+            lines = events.read_text().splitlines() if events.exists() else []
+            if any(json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
+                   for x in lines if x.endswith("}")):
+                break
+            hanging.wait(0.02)
+        if not hanging.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Thread(target=terminate_once_the_third_case_hangs)
     timer.start()
     try:
         with pytest.raises(InfrastructureError, match="interrupted after 2 of 4 cases") as info:
@@ -124,7 +142,8 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
                  {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "hang"}, "pids": str(pids)},
                  "--timeout", "120")
     finally:
-        timer.cancel()
+        hanging.set()
+        timer.join()
     assert info.value.exit_code == 3
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())

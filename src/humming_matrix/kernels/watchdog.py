@@ -83,6 +83,21 @@ class _EventReader:
         return events
 
 
+@contextmanager
+def _finished_cases_kept(
+    reader: _EventReader, results: dict[int, dict[str, Any]]
+) -> Iterator[None]:
+    """On an interrupt, also keep the cases the worker finished since the last poll: they are
+    in the event file (read once the worker's group is gone) and belong in the partial record."""
+    try:
+        yield
+    except BaseException:
+        for event in reader.read():
+            if event.get("event") == "case":
+                results[int(event["index"])] = dict(event["result"])
+        raise
+
+
 @dataclass
 class _Progress:
     """What the workers have reported so far (kept on the watchdog so an interrupted run can
@@ -139,9 +154,8 @@ class Watchdog:
             log_path = workdir / f"worker-{launches}.log"
             reader = _EventReader(events_path)
             current: int | None = None
-            with log_path.open("wb") as log, worker_process(
-                [*self.worker, str(plan_path), str(events_path)], log
-            ) as proc:
+            with log_path.open("wb") as log, _finished_cases_kept(reader, results), \
+                    worker_process([*self.worker, str(plan_path), str(events_path)], log) as proc:
                 last_pulse = self.clock()
                 while True:
                     events = reader.read()
