@@ -38,6 +38,10 @@ time.sleep(600)
 """
 
 
+# A probe timeout long enough for a loaded CI machine to start the nox double and its child.
+STARTUP_S = 3.0
+
+
 @pytest.fixture
 def config(tmp_path: Path) -> EvalConfig:
     path = tmp_path / "double.yaml"
@@ -56,16 +60,19 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool
     noxfile.touch()
     pids_file = tmp_path / "pids.json"
     flags = ("--ignore-term",) if ignore_term else ()
-    runner = NoxRunner(noxfile, timeout=1.5, nox=(sys.executable, str(script), *flags),
+    # The timeout leaves a loaded machine time to start the double and its child before it
+    # fires; the double writes their pids only once both run.
+    runner = NoxRunner(noxfile, timeout=STARTUP_S, nox=(sys.executable, str(script), *flags),
                        grace=1.0)
     log = tmp_path / "probe.log"
     start = time.monotonic()
-    with pytest.raises(ProbeTimeoutError, match=r"humming-0\.1\.4 ran past 1\.5 s"):
+    with pytest.raises(ProbeTimeoutError, match=r"humming-0\.1\.4 ran past 3 s"):
         runner("humming-0.1.4", ["--pids", str(pids_file)], dict(os.environ), log)
     pids = json.loads(pids_file.read_text())
     assert not alive(pids["nox"])
     assert not alive(pids["child"])
-    assert time.monotonic() - start < 10
+    # Timeout plus grace, then SIGKILL: far from the 600 s the double would sleep.
+    assert time.monotonic() - start < STARTUP_S + 1.0 + 10
     assert log.read_text().splitlines()[0] == "nox > Running session"
     assert pids["argv"] == [
         *flags, "-f", str(noxfile), "-s", "humming-0.1.4", "--", "--pids", str(pids_file),
@@ -79,11 +86,11 @@ def test_a_timed_out_probe_is_untestable(tmp_path: Path, config: EvalConfig) -> 
     noxfile.touch()
     (tmp_path / "m.toml").write_text(TEST_MATRIX)
     cell = load_matrix(tmp_path / "m.toml").cell_for("0.1.4")
-    runner = NoxRunner(noxfile, timeout=1.0, nox=(sys.executable, str(script)), grace=1.0)
+    runner = NoxRunner(noxfile, timeout=STARTUP_S, nox=(sys.executable, str(script)), grace=1.0)
     suite = Suite((config,), ("--pids", str(tmp_path / "pids.json")), tmp_path / "store", 5)
     result = Prober(suite, runner, log_dir=tmp_path / "logs").probe(cell)
     assert (result.status, result.reason) == (
-        ProbeStatus.UNTESTABLE, "humming-0.1.4 ran past 1 s",
+        ProbeStatus.UNTESTABLE, "humming-0.1.4 ran past 3 s",
     )
     assert not alive(json.loads((tmp_path / "pids.json").read_text())["child"])
 
@@ -97,7 +104,7 @@ class SlotRecorder(SessionDouble):
         self.seen: dict[str, tuple[str, str, str]] = {}
         self.running = 0
         self.peak = 0
-        self.guard = threading.Lock()
+        self.guard = threading.Condition()
 
     def __call__(
         self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
@@ -109,7 +116,11 @@ class SlotRecorder(SessionDouble):
                 env["CUDA_VISIBLE_DEVICES"], env["HUMMING_MATRIX_GPUS"],
                 env["HUMMING_MATRIX_SLOT_DIR"],
             )
-        time.sleep(0.4)
+            # The first two hold their GPU until both run, however late the second thread
+            # starts; a pool that serialised them leaves peak at 1 when this gives up.
+            self.guard.notify_all()
+            self.guard.wait_for(lambda: self.peak >= 2, timeout=30)
+        time.sleep(0.4)  # a third let in beside them would be counted while they hold
         with self.guard:
             self.running -= 1
         return super().__call__(session, posargs, env, log)
