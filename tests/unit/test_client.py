@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -43,7 +44,10 @@ def answer(text: str) -> web.Response:
     return web.json_response({"choices": [{"text": text}]})
 
 
-def test_body_omits_none_and_5xx_is_retried_with_backoff() -> None:
+def test_body_omits_none_and_5xx_is_retried_with_backoff(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The jitter factor is 0.5 + random() / 2; pinning random() at 0.5 makes it 0.75 exactly.
+    monkeypatch.setattr(random, "random", lambda: 0.5)
     bodies: list[object] = []
 
     async def handle(request: web.Request) -> web.Response:
@@ -53,9 +57,7 @@ def test_body_omits_none_and_5xx_is_retried_with_backoff() -> None:
     [done], sleeps = run(handle, [(0, "Q")])
     assert (done.text, done.error, done.attempts) == (" 42", None, 3)
     assert bodies[0] == {"prompt": "Q", "max_tokens": 256, "temperature": 0.0}
-    assert len(sleeps) == 2
-    assert 0.25 <= sleeps[0] <= 0.5
-    assert 0.5 <= sleeps[1] <= 1.0
+    assert sleeps == [0.5 * 0.75, 1.0 * 0.75]  # backoff 0.5 s doubling, times the jitter
 
 
 def test_4xx_is_not_retried_and_is_an_error() -> None:
@@ -101,10 +103,17 @@ def test_dead_server_stops_everything() -> None:
 
 def test_concurrency_is_bounded_and_results_come_in_order() -> None:
     state = {"now": 0, "peak": 0}
+    full = asyncio.Event()
 
     async def handle(request: web.Request) -> web.Response:
         state["now"] += 1
         state["peak"] = max(state["peak"], state["now"])
+        if state["now"] == 3:
+            full.set()
+        # The first requests hold until three are in flight at once, so the bound is reached
+        # however the event loop interleaves them; a client that let more through would have
+        # them counted while these wait.
+        await asyncio.wait_for(full.wait(), timeout=10)
         await asyncio.sleep(0.01)
         state["now"] -= 1
         return answer(json.dumps((await request.json())["prompt"]))
