@@ -189,7 +189,11 @@ def test_refuses_incomplete_records(side: str) -> None:
         compare_records(loaded(pair[0], "b.json"), loaded(pair[1], "c.json"), SETTINGS)
     assert err.value.key == "complete"
     assert err.value.path == Path("c.json" if side == "candidate" else "b.json")
-    assert "is incomplete" in str(err.value)
+    assert str(err.value) == (
+        f"{err.value.path}: complete: record {partial.run_id} of config cfg is incomplete (the "
+        "run stopped early; finish it with `humming-matrix run --resume`); compare refuses "
+        "incomplete records"
+    )
 
 
 def test_refuses_different_configs() -> None:

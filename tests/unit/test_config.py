@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,7 @@ def test_defaults_are_vllms(tmp_path: Path) -> None:
     assert (cfg.request_timeout_seconds, cfg.max_concurrency, cfg.concurrency) == (600.0, None, 100)
     assert cfg.gen_prefix == ""
     assert cfg.name == "cfg"
-    assert len(cfg.sha256) == 64
+    assert cfg.sha256 == hashlib.sha256(BASE.encode()).hexdigest()  # of the file's bytes
 
 
 @pytest.mark.parametrize(

@@ -67,9 +67,17 @@ def test_gen_prefix_and_zero_shots() -> None:
     assert "\nAnswer: X Natalia sold 48/2" in with_shot[0].text
 
 
-def test_all_1319_labels_are_valid() -> None:
+def test_all_1319_labels_are_valid(gsm8k_dir: Path) -> None:
     prompts = gsm8k.build_prompts(num_questions=5000, num_fewshot=0)
     assert len(prompts) == 1319  # num_questions is capped at the test set, as in vLLM
+    # Each label is the number after the answer's `####`, without its sign: vLLM's harness reads
+    # labels with the same last-run-of-digits rule as predictions (questions 489 and 1113 are
+    # -10 and -3, and score as 10 and 3 on both sides).
+    rows = _rows(gsm8k_dir / "test.jsonl")
+    published = [int(r["answer"].split("####")[-1].strip().replace(",", "")) for r in rows]
+    assert [i for i, value in enumerate(published) if value < 0] == [489, 1113]
+    assert [p.label for p in prompts] == [abs(value) for value in published]
+    assert [p.index for p in prompts] == list(range(1319))
 
 
 def test_corrupt_local_copy_is_refused(tmp_path: Path, gsm8k_dir: Path,

@@ -106,7 +106,9 @@ def test_record_paths_scan_recursively_by_kind(tmp_path: Path) -> None:
     b = write_record(tmp_path / "machine-b" / "x", make_record("20261202T000000Z-b-000002"))
     write_json_atomic(tmp_path / "kernels__case__0.1.6__r.json", {"kind": "kernels"})
     assert record_paths(tmp_path, RecordKind.GSM8K) == [a, b]
-    assert len(record_paths(tmp_path)) == 3
+    assert sorted(record_paths(tmp_path)) == sorted(
+        [a, b, tmp_path / "kernels__case__0.1.6__r.json"]
+    )
 
 
 def test_redact_hides_credentials_only() -> None:
