@@ -390,8 +390,14 @@ def test_cli_sends_kernel_records_to_the_kernel_judge(
     )
     out = tmp_path / "k.json"
     assert main(["compare", str(base), str(cand), "--json", str(out)]) == 1
-    assert "newly-broken" in capsys.readouterr().out
-    assert json.loads(out.read_text())["regression"] is True
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "## Kernel tier: humming 0.1.10 vs 0.1.6: REGRESSION"
+    row = "| w4a16-4096x4096 | 1 | newly-broken | - -> crash | - -> crash | - -> - | unknown |"
+    assert row in lines
+    data = json.loads(out.read_text())
+    assert (data["kind"], data["regression"], data["exit_code"]) == ("kernels", True, 1)
+    assert [(v["case"], v["m"], v["verdict"], v["candidate"]["state"])
+            for v in data["verdicts"]] == [("w4a16-4096x4096", 1, "newly-broken", "crash")]
 
 
 def test_cli_refuses_to_pair_gsm8k_with_kernel_records(
