@@ -140,5 +140,7 @@ def test_only_a_record_of_this_job_counts(tmp_path: Path) -> None:
     record("new", "humming-0.1.6", "2026-01-01T11:00:00+00:00", 1)
     assert session_exit_code(tmp_path, "humming-0.1.6", since) == (
         1, f"{tmp_path / 'new' / 'humming-install.json'}: outcome 'ran', exit code 1")
+    # The newest record of this job wins; a session killed before it ended recorded no code.
     record("killed", "humming-0.1.6", "2026-01-01T11:30:00+00:00", None)
-    assert session_exit_code(tmp_path, "humming-0.1.6", since)[0] is None
+    assert session_exit_code(tmp_path, "humming-0.1.6", since) == (
+        None, f"{tmp_path / 'killed' / 'humming-install.json'}: outcome 'ran', exit code None")
