@@ -24,7 +24,7 @@ from tests.unit.test_bisection_driver import TEST_MATRIX, SessionDouble
 
 # TEST DOUBLE of nox: starts a child in its process group (as a session's `vllm serve` is),
 # writes both pids, then hangs; optionally ignoring SIGTERM.
-HANGING_NOX = """\
+HANGING_NOX_DOUBLE = """\
 import json, signal, subprocess, sys, time
 if "--ignore-term" in sys.argv:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -55,7 +55,7 @@ def config(tmp_path: Path) -> EvalConfig:
 @pytest.mark.parametrize("ignore_term", [False, True])
 def test_timeout_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool) -> None:
     script = tmp_path / "nox_double.py"
-    script.write_text(HANGING_NOX)
+    script.write_text(HANGING_NOX_DOUBLE)
     noxfile = tmp_path / "noxfile.py"
     noxfile.touch()
     pids_file = tmp_path / "pids.json"
@@ -81,7 +81,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool
 
 def test_a_timed_out_probe_is_untestable(tmp_path: Path, config: EvalConfig) -> None:
     script = tmp_path / "nox_double.py"
-    script.write_text(HANGING_NOX)
+    script.write_text(HANGING_NOX_DOUBLE)
     noxfile = tmp_path / "noxfile.py"
     noxfile.touch()
     (tmp_path / "m.toml").write_text(TEST_MATRIX)
@@ -95,7 +95,7 @@ def test_a_timed_out_probe_is_untestable(tmp_path: Path, config: EvalConfig) -> 
     assert not alive(json.loads((tmp_path / "pids.json").read_text())["child"])
 
 
-class SlotRecorder(SessionDouble):
+class SlotRecordingSessionDouble(SessionDouble):
     """The session double, also noting the GPU environment each session got and how many ran
     at once."""
 
@@ -131,7 +131,7 @@ def test_parallel_probes_each_get_their_own_gpu(tmp_path: Path, config: EvalConf
     matrix = load_matrix(tmp_path / "m.toml")
     cells = [matrix.cell_for(v) for v in ("0.1.3", "0.1.4", "0.1.5")]
     pool = SlotPool(tmp_path / "slots", ["0", "1"], poll_interval=0.05)
-    recorder = SlotRecorder(config)
+    recorder = SlotRecordingSessionDouble(config)
     suite = Suite((config,), (), tmp_path / "store", 5)
     prober = Prober(suite, recorder, log_dir=tmp_path / "logs", slots=pool, base_env={})
     results = prober.probe_many(cells)
@@ -145,8 +145,8 @@ def test_parallel_probes_each_get_their_own_gpu(tmp_path: Path, config: EvalConf
     assert pool.holders() == ()
 
 
-# Runs two probes in parallel through the real NoxRunner (nox replaced by HANGING_NOX), as the
-# bisect command does with --jobs 2, and waits to be told to stop.
+# Runs two probes in parallel through the real NoxRunner (nox replaced by HANGING_NOX_DOUBLE), as
+# the bisect command does with --jobs 2, and waits to be told to stop.
 PARALLEL_PROBES = """\
 import sys
 from pathlib import Path
@@ -176,7 +176,7 @@ except KeyboardInterrupt:
 
 
 def test_sigterm_stops_every_parallel_probe(tmp_path: Path, config: EvalConfig) -> None:
-    (tmp_path / "nox_double.py").write_text(HANGING_NOX)
+    (tmp_path / "nox_double.py").write_text(HANGING_NOX_DOUBLE)
     (tmp_path / "noxfile.py").touch()
     (tmp_path / "m.toml").write_text(TEST_MATRIX)
     (tmp_path / "double.yaml").write_text(config.path.read_text())

@@ -32,7 +32,7 @@ POLICY = {
 }
 
 
-def humming_stand_in(directory: Path, version: str) -> Path:
+def humming_metadata_double(directory: Path, version: str) -> Path:
     """TEST DOUBLE: a metadata-only stand-in for an installed humming-kernels `version`.
 
     Put on PYTHONPATH, it is what `importlib.metadata` finds, both in the runner (which records
@@ -54,7 +54,7 @@ def run_env(root: Path, version: str, policy: Mapping[str, Any]) -> dict[str, st
         (bin_dir / "vllm").symlink_to(DOUBLES / "vllm_double.py")
     site = root / "site" / f"humming-stand-in-{version}"
     if not site.exists():
-        humming_stand_in(root / "site", version)
+        humming_metadata_double(root / "site", version)
     gsm8k = os.environ.get("HUMMING_MATRIX_GSM8K_DIR") or str(REPO.parent / "shared" / "gsm8k")
     return {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",

@@ -20,7 +20,7 @@ from humming_matrix.errors import UsageError
 RELEASED = tuple(f"0.1.{i}" for i in range(21))
 
 
-class PlantedOracle:
+class PlantedOracleDouble:
     """Monotonic ground truth: index < first_bad is good; `skipped` cannot be tested."""
 
     def __init__(
@@ -60,7 +60,7 @@ def test_finds_every_planted_first_bad(n: int, jobs: int) -> None:
     for first_bad in range(1, n):
         state = Bisection(versions)
         budget = state.steps_left(jobs)
-        oracle = PlantedOracle(versions, first_bad)
+        oracle = PlantedOracleDouble(versions, first_bad)
         done = search(state, oracle, jobs)
         outcome = done.outcome()
         assert outcome.conclusion is Conclusion.FOUND
@@ -86,7 +86,7 @@ def test_skips_anywhere_never_count_as_bad(jobs: int) -> None:
         for k in (1, 2):
             for combo in itertools.combinations(inner, k):
                 skipped = frozenset(combo)
-                oracle = PlantedOracle(versions, first_bad, skipped)
+                oracle = PlantedOracleDouble(versions, first_bad, skipped)
                 outcome = search(Bisection(versions), oracle, jobs).outcome()
                 lo, hi = _expected_window(n, first_bad, skipped)
                 between = tuple(versions[i] for i in range(lo + 1, hi))
@@ -98,12 +98,12 @@ def test_skips_anywhere_never_count_as_bad(jobs: int) -> None:
 
 def test_binary_probe_order_and_skip_next_to_the_boundary() -> None:
     versions = tuple(f"0.1.{i}" for i in range(12, 20))
-    oracle = PlantedOracle(versions, versions.index("0.1.17"))
+    oracle = PlantedOracleDouble(versions, versions.index("0.1.17"))
     outcome = search(Bisection(versions), oracle).outcome()
     assert oracle.probed == ["0.1.12", "0.1.19", "0.1.15", "0.1.17", "0.1.16"]
     assert outcome.reason == "first bad 0.1.17, last good 0.1.16"
 
-    skipping = PlantedOracle(versions, versions.index("0.1.17"), frozenset({4}))
+    skipping = PlantedOracleDouble(versions, versions.index("0.1.17"), frozenset({4}))
     outcome = search(Bisection(versions), skipping).outcome()
     assert skipping.probed == ["0.1.12", "0.1.19", "0.1.15", "0.1.17", "0.1.16"]
     assert outcome.conclusion is Conclusion.AMBIGUOUS
@@ -117,7 +117,7 @@ def test_binary_probe_order_and_skip_next_to_the_boundary() -> None:
 
 def test_skipped_midpoint_moves_to_the_nearest_untested_version() -> None:
     versions = RELEASED[:9]
-    oracle = PlantedOracle(versions, 7, frozenset({4}))
+    oracle = PlantedOracleDouble(versions, 7, frozenset({4}))
     search(Bisection(versions), oracle)
     # 4 is the midpoint of (0, 8); skipped, the next probe is its lower neighbour 3.
     assert oracle.rounds[2:4] == [("0.1.4",), ("0.1.3",)]
@@ -125,7 +125,7 @@ def test_skipped_midpoint_moves_to_the_nearest_untested_version() -> None:
 
 def test_all_skipped_window_is_ambiguous_over_all_of_it() -> None:
     versions = RELEASED[:6]
-    oracle = PlantedOracle(versions, 3, frozenset({1, 2, 3, 4}))
+    oracle = PlantedOracleDouble(versions, 3, frozenset({1, 2, 3, 4}))
     outcome = search(Bisection(versions), oracle, jobs=2).outcome()
     assert outcome.conclusion is Conclusion.AMBIGUOUS
     assert outcome.last_good == "0.1.0"
@@ -136,7 +136,7 @@ def test_all_skipped_window_is_ambiguous_over_all_of_it() -> None:
 
 def test_nary_rounds_split_the_window() -> None:
     versions = tuple(f"0.1.{i}" for i in range(12, 20))
-    oracle = PlantedOracle(versions, versions.index("0.1.17"))
+    oracle = PlantedOracleDouble(versions, versions.index("0.1.17"))
     state = Bisection(versions)
     # One round verifies both endpoints and spends the third job on the midpoint; the four
     # versions left then fit in one round of three.
@@ -155,7 +155,7 @@ def test_nary_worst_case_rounds_on_a_wide_range() -> None:
     for jobs in (1, 4):
         rounds = []
         for first_bad in range(1, len(RELEASED)):
-            oracle = PlantedOracle(RELEASED, first_bad)
+            oracle = PlantedOracleDouble(RELEASED, first_bad)
             search(Bisection(RELEASED, verify_endpoints=False), oracle, jobs)
             rounds.append(len(oracle.rounds))
         worst[jobs] = max(rounds)
@@ -167,13 +167,13 @@ def test_verification_round_uses_spare_jobs_over_the_full_release_list() -> None
     worst = {}
     for jobs in (1, 2, 4, 8):
         worst[jobs] = max(
-            len(search_rounds(PlantedOracle(RELEASED, first_bad), jobs))
+            len(search_rounds(PlantedOracleDouble(RELEASED, first_bad), jobs))
             for first_bad in range(1, len(RELEASED))
         )
     assert worst == {1: 7, 2: 4, 4: 3, 8: 2}
 
 
-def search_rounds(oracle: PlantedOracle, jobs: int) -> list[tuple[str, ...]]:
+def search_rounds(oracle: PlantedOracleDouble, jobs: int) -> list[tuple[str, ...]]:
     search(Bisection(oracle.versions), oracle, jobs)
     return oracle.rounds
 
@@ -225,7 +225,7 @@ def test_endpoint_failures(
 
 def test_unverified_endpoints_are_assumed_and_never_probed() -> None:
     versions = RELEASED[:7]
-    oracle = PlantedOracle(versions, 2)
+    oracle = PlantedOracleDouble(versions, 2)
     outcome = search(Bisection(versions, verify_endpoints=False), oracle, 2).outcome()
     assert "0.1.0" not in oracle.probed
     assert "0.1.6" not in oracle.probed

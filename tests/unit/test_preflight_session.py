@@ -35,7 +35,10 @@ variants = ["cu130"]
 H200 = {"name": "NVIDIA H200", "driver": "570.1", "memory": "143771 MiB"}
 
 
-class Calls:
+class SeamsDouble:
+    """TEST DOUBLE of the session's preflight and command seams: answers with a set report and
+    exit code 1, and notes every call."""
+
     def __init__(self, report: PreflightReport) -> None:
         self.report = report
         self.preflight: list[tuple[list[str], bool]] = []
@@ -81,7 +84,7 @@ def matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def session(
     tmp_path: Path,
-    calls: Calls,
+    calls: SeamsDouble,
     gpus: list[dict[str, str]],
     environ: dict[str, str],
     humming: str = "0.1.19",
@@ -113,7 +116,7 @@ def session(
 
 
 def test_failed_preflight_is_untestable(tmp_path: Path, matrix: Path) -> None:
-    calls = Calls(failing())
+    calls = SeamsDouble(failing())
     with pytest.raises(UntestableError) as info:
         session(tmp_path, calls, [H200], {})
     assert str(info.value) == (
@@ -132,7 +135,7 @@ def test_failed_preflight_is_untestable(tmp_path: Path, matrix: Path) -> None:
 
 
 def test_no_gpu_stops_after_preflight_with_3(tmp_path: Path, matrix: Path) -> None:
-    calls = Calls(passing())
+    calls = SeamsDouble(passing())
     with pytest.raises(NoGPUError) as info:
         session(tmp_path, calls, [], {})
     assert str(info.value) == (
@@ -154,7 +157,7 @@ def test_no_gpu_stops_after_preflight_with_3(tmp_path: Path, matrix: Path) -> No
 def test_preflight_only_run_stops_after_preflight_with_0(
     tmp_path: Path, matrix: Path, gpus: list[dict[str, str]]
 ) -> None:
-    calls = Calls(passing())
+    calls = SeamsDouble(passing())
     code, record = session(tmp_path, calls, gpus, {PREFLIGHT_ONLY_ENV: "1"})
     assert (code, record["outcome"], record["exit_code"]) == (0, "preflight_only", 0)
     assert record["message"] == (
@@ -164,7 +167,7 @@ def test_preflight_only_run_stops_after_preflight_with_0(
 
 
 def test_a_config_error_ends_the_record_with_exit_2(tmp_path: Path, matrix: Path) -> None:
-    calls = Calls(passing())
+    calls = SeamsDouble(passing())
     missing = tmp_path / "absent.yaml"
     with pytest.raises(ConfigError):
         session(tmp_path, calls, [H200], {}, "0.1.19", "--config", str(missing))
@@ -179,7 +182,7 @@ def test_a_config_error_ends_the_record_with_exit_2(tmp_path: Path, matrix: Path
 def test_with_a_gpu_run_gets_the_arguments_and_its_code_is_the_session_code(
     tmp_path: Path, matrix: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = Calls(passing())
+    calls = SeamsDouble(passing())
     # A real slot pool of two GPUs in a private folder; GPU "0" is held by someone else.
     monkeypatch.setenv("HUMMING_MATRIX_GPUS", "0,1")
     monkeypatch.setenv("HUMMING_MATRIX_SLOT_DIR", str(tmp_path / "slots"))
@@ -196,7 +199,7 @@ def test_with_a_gpu_run_gets_the_arguments_and_its_code_is_the_session_code(
 
 
 def test_wrong_humming_never_reaches_the_preflight(tmp_path: Path, matrix: Path) -> None:
-    calls = Calls(passing())
+    calls = SeamsDouble(passing())
     with pytest.raises(
         UntestableError,
         match=r"expects humming-kernels 0\.1\.19, but the environment has 0\.1\.6; refusing to run",
