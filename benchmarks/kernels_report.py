@@ -5,7 +5,9 @@
 Prints: one table of versions x cases (state, mean relative error and median time at the largest
 batch size), the time table at every batch size, and each release judged against the release
 before it by `compare_kernel_records` (only the verdicts that are not `same`; time verdicts only
-where both releases have several runs).
+where both releases have several runs). The records are read and grouped per environment as
+`humming-matrix report` reads them (`report_kernels.load_kernel_runs`); `report` judges every
+release against one baseline instead, and renders Markdown, JUnit and HTML.
 """
 
 from __future__ import annotations
@@ -16,22 +18,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
-
 from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
-from humming_matrix.kernels.record import humming_version, load_kernel_record, versions_table
-from humming_matrix.results import RecordKind, record_paths
+from humming_matrix.kernels.record import humming_version, versions_table
+from humming_matrix.report_kernels import load_kernel_runs
 
 
-def _load(store: Path) -> list[dict[str, Any]]:
-    records = [load_kernel_record(p) for p in record_paths(store, RecordKind.KERNELS)]
-    return sorted(records, key=lambda r: Version(humming_version(r) or "0"))
-
-
-def _by_version(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for r in records:
-        grouped.setdefault(humming_version(r) or "?", []).append(r)
+def _by_version(store: Path) -> dict[str, list[Mapping[str, Any]]]:
+    """Records per humming version in version order (environments of one version pooled), each
+    environment's oldest run first."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for cell, runs in load_kernel_runs(store).items():
+        grouped.setdefault(cell.humming or "?", []).extend(run.record for run in runs)
     return grouped
 
 
@@ -62,8 +59,7 @@ def _times(records: Sequence[Mapping[str, Any]]) -> str:
 
 def main(argv: list[str]) -> int:
     store = Path(argv[0]) if argv else Path("results/h200")
-    records = _load(store)
-    grouped = _by_version(records)
+    grouped = _by_version(store)
     firsts = [runs[0] for runs in grouped.values()]
     print("### States, mean relative error and median time at the largest batch\n")
     print(versions_table(firsts))

@@ -1,6 +1,8 @@
-"""What a result store holds, judged: one row per (cell, config), each compared with the baseline
-cell's run of that config. The Markdown, JUnit and HTML renderers (report_markdown, report_junit,
-report_html) draw from this model and compute nothing of their own.
+"""What a result store holds, judged, one section per kind of record: GSM8K (here: one row per
+(cell, config), each compared with the baseline cell's run of that config), kernels
+(`report_kernels`) and lm-eval (`report_lm_eval`). Each section picks its baseline the same way
+(`report_rows.choose_baseline`). The Markdown, JUnit and HTML renderers (report_markdown,
+report_junit, report_html) draw from this model and compute nothing of their own.
 """
 
 from __future__ import annotations
@@ -10,11 +12,8 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
-
-from packaging.version import InvalidVersion, Version
 
 from humming_matrix.compare import (
     Calibration,
@@ -27,34 +26,21 @@ from humming_matrix.compare import (
     find_calibration,
     load_records,
 )
-from humming_matrix.errors import RecordError, UsageError
+from humming_matrix.errors import RecordError
+from humming_matrix.report_kernels import KernelSection, build_kernel_section
+from humming_matrix.report_lm_eval import LmEvalSection, build_lm_eval_section
+from humming_matrix.report_rows import RowStatus, choose_baseline, version_key
 from humming_matrix.stats import Interval, wilson_interval
 
-
-class RowStatus(Enum):
-    """Ordered worst first: the tables list failures before anything else."""
-
-    REGRESSION = "regression"
-    BELOW_THRESHOLD = "below threshold"
-    INCOMPLETE = "incomplete"
-    NOT_COMPARED = "not compared"
-    INCONCLUSIVE = "inconclusive"
-    IMPROVEMENT = "improvement"
-    NO_CHANGE = "no change"
-    BASELINE = "baseline"
-
-    @property
-    def failed(self) -> bool:
-        return self in (
-            RowStatus.REGRESSION,
-            RowStatus.BELOW_THRESHOLD,
-            RowStatus.INCOMPLETE,
-            RowStatus.NOT_COMPARED,
-        )
-
-    @property
-    def rank(self) -> int:
-        return list(RowStatus).index(self)
+__all__ = [
+    "Row",
+    "RowStatus",
+    "StoreReport",
+    "build_report",
+    "choose_baseline",
+    "session_name",
+    "write_text",
+]
 
 
 _FROM_VERDICT = {
@@ -87,6 +73,9 @@ class Row:
 
 @dataclass(frozen=True)
 class StoreReport:
+    """The GSM8K section (`baseline` .. `environments`: empty when the store holds no GSM8K
+    record) and the kernel and lm-eval sections (None when it holds none of that kind)."""
+
     store: Path
     settings: Settings
     baseline: Cell | None
@@ -94,9 +83,12 @@ class StoreReport:
     cells: tuple[Cell, ...]  # in version order
     configs: tuple[str, ...]
     environments: Mapping[Cell, Mapping[str, Any]]  # the newest record's environment per cell
+    kernels: KernelSection | None = None
+    lm_eval: LmEvalSection | None = None
 
     @property
     def failures(self) -> tuple[Row, ...]:
+        """GSM8K rows that fail (the sections count their own)."""
         return tuple(r for r in self.rows if r.status.failed)
 
     def baseline_row(self, config: str) -> Row | None:
@@ -104,13 +96,6 @@ class StoreReport:
             if row.config == config and row.status is RowStatus.BASELINE:
                 return row
         return None
-
-
-def _version_key(cell: Cell) -> tuple[int, Version | str, str]:
-    try:
-        return (0, Version(cell.humming or ""), cell.label)
-    except InvalidVersion:
-        return (1, cell.humming or "", cell.label)
 
 
 def session_name(record: LoadedRecord) -> str:
@@ -122,38 +107,24 @@ def session_name(record: LoadedRecord) -> str:
     return f"humming-{record.cell.humming or 'unknown'}"
 
 
-def choose_baseline(cells: Sequence[Cell], version: str | None) -> Cell | None:
-    """The cell every other is compared with: the one with humming-kernels `version`, else the
-    oldest humming-kernels version in the store."""
-    ordered = sorted(cells, key=_version_key)
-    if version is None:
-        return ordered[0] if ordered else None
-    for cell in ordered:
-        if cell.humming == version:
-            return cell
-    known = ", ".join(sorted({c.humming or "?" for c in cells}))
-    raise UsageError(
-        f"--baseline {version}: no records of that humming-kernels version "
-        f"(the store has {known or 'none'})"
-    )
-
-
 def build_report(
     store: Path, settings: Settings, baseline_version: str | None = None
 ) -> StoreReport:
     if not store.is_dir():
         raise RecordError(store, None, "not a directory")
     records = load_records(store)
-    if not records:
+    kernels = build_kernel_section(store, baseline_version)
+    lm_eval = build_lm_eval_section(store, settings, baseline_version)
+    if not records and kernels is None and lm_eval is None:
         # Most likely a wrong path or a CI step that produced nothing: say so, do not show an
         # empty, green report.
-        raise RecordError(store, None, "holds no GSM8K record")
+        raise RecordError(store, None, "holds no record (GSM8K, kernels or lm-eval)")
     groups: dict[tuple[Cell, str], list[LoadedRecord]] = defaultdict(list)
     for loaded in records:
         groups[(loaded.cell, loaded.record.config.name)].append(loaded)
-    cells = tuple(sorted({cell for cell, _ in groups}, key=_version_key))
+    cells = tuple(sorted({cell for cell, _ in groups}, key=version_key))
     configs = tuple(sorted({name for _, name in groups}))
-    baseline = choose_baseline(cells, baseline_version)
+    baseline = choose_baseline(cells, baseline_version) if records else None
 
     newest = {key: max(group, key=lambda x: x.order) for key, group in groups.items()}
     rows = []
@@ -171,12 +142,14 @@ def build_report(
                 settings,
             )
         )
-    rows.sort(key=lambda r: (r.status.rank, r.config, _version_key(r.cell)))
+    rows.sort(key=lambda r: (r.status.rank, r.config, version_key(r.cell)))
     environments = {
         cell: max((r for r in records if r.cell == cell), key=lambda x: x.order).record.environment
         for cell in cells
     }
-    return StoreReport(store, settings, baseline, tuple(rows), cells, configs, environments)
+    return StoreReport(
+        store, settings, baseline, tuple(rows), cells, configs, environments, kernels, lm_eval
+    )
 
 
 def _row(

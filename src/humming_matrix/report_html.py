@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from humming_matrix.compare import ConfigComparison, points
 from humming_matrix.report import Row, RowStatus, StoreReport
+from humming_matrix.report_kernels import KernelRow, KernelSection
+from humming_matrix.report_lm_eval import LmEvalRow, LmEvalSection
 from humming_matrix.report_markdown import ENV_KEYS, pct, plural
 
 COLORS = {
@@ -25,6 +27,7 @@ COLORS = {
     RowStatus.INCONCLUSIVE: "#ef6c00",
     RowStatus.IMPROVEMENT: "#2e7d32",
     RowStatus.NO_CHANGE: "#455a64",
+    RowStatus.THRESHOLD_ONLY: "#455a64",
     RowStatus.BASELINE: "#1565c0",
 }
 
@@ -353,7 +356,148 @@ def _baselines(report: StoreReport) -> str:
     )
 
 
-def store_html(report: StoreReport) -> str:
+def _table(table_id: str, head: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    """A table of (row class, cell HTML) rows; a cell holding only a number aligns right."""
+    out = [
+        f'<table id="{table_id}"><thead><tr>',
+        *(f"<th>{e(h)}</th>" for h in head),
+        "</tr></thead><tbody>",
+    ]
+    for cls, cells in rows:
+        out.append(f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _kernel_color(row: KernelRow) -> str:
+    if row.regression or row.broken:
+        return COLORS[RowStatus.REGRESSION]
+    if row.unjudged:
+        return COLORS[RowStatus.INCOMPLETE]
+    return COLORS[RowStatus.BASELINE if row.verdict is None else RowStatus.NO_CHANGE]
+
+
+def _kernel_rows(section: KernelSection) -> str:
+    rows = []
+    for r in section.rows:
+        cls = "failed" if r.failed else "inconclusive" if r.slower else "passed"
+        color = _kernel_color(r)
+        verdict = f'<span class="status" style="color:{color}">{e(r.verdict_text)}</span>'
+        rows.append(
+            (
+                cls,
+                [
+                    e(r.case),
+                    e(r.version.label),
+                    e(r.version.newest.session),
+                    e("not run" if r.cell is None else r.cell.text),
+                    verdict,
+                    e(r.detail()),
+                ],
+            )
+        )
+    return _table(
+        "kernel-results",
+        ["case", "humming-kernels", "session", "at the largest batch", "verdict", "detail"],
+        rows,
+    )
+
+
+def _kernel_versions(section: KernelSection) -> str:
+    rows = []
+    for v in section.versions:
+        cells = [e(v.label)] + [
+            e(v.cells[c].text) if c in v.cells else "-" for c in section.cases
+        ]
+        rows.append(("complete" if v.complete else "partial", cells))
+    return _table("kernel-versions", ["humming-kernels", *section.cases], rows)
+
+
+def _kernel_html(section: KernelSection) -> list[str]:
+    return [
+        "<h2>Kernel tier</h2>",
+        f'<p id="kernel-summary"><strong>{len(section.failures)} failing</strong> of '
+        f"{plural(len(section.rows), 'result')} ({plural(len(section.cases), 'case')} × "
+        f"{plural(len(section.versions), 'environment')}), {len(section.regressions)} of them "
+        f"regressions against the baseline, {e(section.baseline.cell.label)}. Verdicts of the "
+        "kernel judge per case and batch size (m), the worst first; a case out of tolerance, "
+        "NaN/Inf, raised, hung or crashed in its own run fails whatever the verdict. Time "
+        "verdicts inform only.</p>",
+        _kernel_rows(section),
+        "<h3>Versions × cases: state and median time at the largest batch size</h3>",
+        _kernel_versions(section),
+    ]
+
+
+def _lm_eval_rows(section: LmEvalSection) -> str:
+    rows = []
+    for r in section.rows:
+        cls = "failed" if r.status.failed else r.status.name.lower()
+        rows.append((cls, _lm_eval_cells(r)))
+    return _table(
+        "lm-eval-results",
+        [
+            "config",
+            "task",
+            "metric,filter",
+            "humming-kernels",
+            "session",
+            "accuracy % (95% CI)",
+            "Δ vs baseline (95% CI)",
+            "b / c",
+            "mid-p",
+            "MDE",
+            "backstop",
+            "verdict",
+        ],
+        rows,
+    )
+
+
+def _lm_eval_cells(r: LmEvalRow) -> list[str]:
+    score = "" if r.score is None else (
+        f"{pct(r.score.accuracy)} [{pct(r.score.interval.low)}, {pct(r.score.interval.high)}]"
+    )
+    m = r.comparison
+    compared = ["", "", "", ""]
+    if m is not None:
+        p = m.p_regression if m.difference <= 0 else m.p_improvement
+        compared = [
+            f"{points(m.difference)} [{points(m.difference_interval.low)}, "
+            f"{points(m.difference_interval.high)}]",
+            f"{m.table.right_to_wrong} / {m.table.wrong_to_right}",
+            f"{p:.3g}",
+            "n/a" if m.mde is None else f"{100 * m.mde:.2f}",
+        ]
+    verdict = e(r.status.value) + (f": {e(r.note)}" if r.note else "")
+    return [
+        e(r.config),
+        e(r.task),
+        e(r.key),
+        e(r.cell.humming or "?"),
+        e(r.session),
+        score,
+        *compared,
+        e(r.backstop),
+        f'<span class="status" style="color:{COLORS[r.status]}">{verdict}</span>',
+    ]
+
+
+def _lm_eval_html(section: LmEvalSection) -> list[str]:
+    s = section.settings
+    return [
+        "<h2>lm-eval</h2>",
+        f'<p id="lm-eval-summary"><strong>{len(section.failures)} failing</strong> of '
+        f"{plural(len(section.rows), 'result')} ({plural(len(section.configs), 'config')} × "
+        f"{plural(len(section.cells), 'environment')}). Baseline: {e(section.baseline.label)}. "
+        f"Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a drop of at least "
+        f"{plural(100 * s.min_effect, 'point')}; below threshold: lm-eval's pass rule, measured "
+        "&gt;= value × (1 - rtol).</p>",
+        _lm_eval_rows(section),
+    ]
+
+
+def _gsm8k_html(report: StoreReport) -> list[str]:
     s = report.settings
     base = report.baseline.label if report.baseline else "none"
     panels = []
@@ -362,30 +506,52 @@ def store_html(report: StoreReport) -> str:
         delta = _delta_plot(report, config)
         if delta:
             panels.append(f'<div class="panel">{delta}</div>')
+    return [
+        f'<p id="summary"><strong>{len(report.failures)} failing</strong> '
+        f"of {plural(len(report.rows), 'result')} ({plural(len(report.configs), 'config')} × "
+        f"{plural(len(report.cells), 'environment')}) in <code>{e(report.store)}</code>. "
+        f"Baseline: {e(base)}. Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a "
+        f"drop of at least {plural(100 * s.min_effect, 'point')}. "
+        "Accuracy in %, Δ in points, 95% intervals (Wilson; Newcombe paired). MDE: the "
+        "smallest drop detectable at 80% power.</p>",
+        "<h2>Results</h2>",
+        _main_table(report),
+        '<h2>Plots</h2><div class="panels">',
+        *panels,
+        "</div>",
+        "<h2>Flipped questions</h2>",
+        _flip_lists(report),
+        "<h2>Baseline runs</h2>",
+        _baselines(report),
+        "<h2>Environments</h2>",
+        _environments(report),
+    ]
+
+
+def store_html(report: StoreReport) -> str:
+    kinds = [
+        kind
+        for kind, present in (
+            ("GSM8K", bool(report.rows)),
+            ("kernels", report.kernels is not None),
+            ("lm-eval", report.lm_eval is not None),
+        )
+        if present
+    ]
+    body = ["<h1>humming-matrix report: " + " · ".join(kinds) + " across humming-kernels "
+            "versions</h1>"]
+    if report.rows:
+        body += _gsm8k_html(report)
+    if report.kernels is not None:
+        body += _kernel_html(report.kernels)
+    if report.lm_eval is not None:
+        body += _lm_eval_html(report.lm_eval)
     return "".join(
         [
             '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
             "<title>humming-matrix report</title>",
             f"<style>{CSS}</style></head><body>",
-            "<h1>humming-matrix report: GSM8K across humming-kernels versions</h1>",
-            f'<p id="summary"><strong>{len(report.failures)} failing</strong> '
-            f"of {plural(len(report.rows), 'result')} ({plural(len(report.configs), 'config')} × "
-            f"{plural(len(report.cells), 'environment')}) in <code>{e(report.store)}</code>. "
-            f"Baseline: {e(base)}. Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a "
-            f"drop of at least {plural(100 * s.min_effect, 'point')}. "
-            "Accuracy in %, Δ in points, 95% intervals (Wilson; Newcombe paired). MDE: the "
-            "smallest drop detectable at 80% power.</p>",
-            "<h2>Results</h2>",
-            _main_table(report),
-            '<h2>Plots</h2><div class="panels">',
-            *panels,
-            "</div>",
-            "<h2>Flipped questions</h2>",
-            _flip_lists(report),
-            "<h2>Baseline runs</h2>",
-            _baselines(report),
-            "<h2>Environments</h2>",
-            _environments(report),
+            *body,
             "</body></html>\n",
         ]
     )

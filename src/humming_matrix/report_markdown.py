@@ -4,7 +4,7 @@ job summary (both cap the text at 1 MiB; we stay under it by dropping detail, ne
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from humming_matrix.compare import (
     FLIPS_SHOWN,
@@ -14,7 +14,13 @@ from humming_matrix.compare import (
     NoiseFloor,
     points,
 )
-from humming_matrix.report import Row, RowStatus, StoreReport
+from humming_matrix.report_rows import RowStatus
+
+if TYPE_CHECKING:
+    # Types only: `compare_lm_eval` imports the helpers below, and the report model imports it.
+    from humming_matrix.report import Row, StoreReport
+    from humming_matrix.report_kernels import KernelRow, KernelSection
+    from humming_matrix.report_lm_eval import LmEvalRow, LmEvalSection
 
 MAX_BYTES = 1024 * 1024
 ICONS = {
@@ -25,6 +31,7 @@ ICONS = {
     RowStatus.INCONCLUSIVE: "⚠️",
     RowStatus.IMPROVEMENT: "✅",
     RowStatus.NO_CHANGE: "✅",
+    RowStatus.THRESHOLD_ONLY: "✅",
     RowStatus.BASELINE: "✅",
 }
 ENV_KEYS = (
@@ -323,35 +330,214 @@ def _package_diff(base: Mapping[str, str], here: Mapping[str, str]) -> list[list
     return [[n, base.get(n, "-"), here.get(n, "-")] for n in names if base.get(n) != here.get(n)]
 
 
-def _compose(report: StoreReport, details: bool, flips: bool, packages: bool) -> str:
-    lines = [*_summary(report), "", *_main_table(report.rows)]
+def _capped(lines: list[str], cap: int | None) -> list[str]:
+    """A table (header, rule, rows) cut to its first `cap` rows, saying how many were left out."""
+    if cap is None or len(lines) - 2 <= cap:
+        return lines
+    dropped = len(lines) - 2 - cap
+    return [
+        *lines[: 2 + cap],
+        "",
+        f"{dropped} more rows (all passing or less severe) left out to stay under 1 MiB.",
+    ]
+
+
+# --- the kernel section ----------------------------------------------------------------------
+
+
+def _kernel_icon(row: KernelRow) -> str:
+    if row.failed:
+        return "❌"
+    return "⚠️" if row.slower else "✅"
+
+
+def _kernel_summary(section: KernelSection) -> list[str]:
+    base = section.baseline
+    return [
+        "## humming-matrix report: kernel tier across humming-kernels versions",
+        "",
+        f"**{len(section.failures)} failing** of {plural(len(section.rows), 'result')} "
+        f"({plural(len(section.cases), 'case')} x {plural(len(section.versions), 'environment')})"
+        f", {len(section.regressions)} of them regressions (`newly-broken` or `regressed` "
+        f"against the baseline). Baseline: {base.cell.label}. Verdicts of the kernel judge per "
+        "case and batch size (m), the worst first; a case out of tolerance, NaN/Inf, raised, hung "
+        "or crashed in its own run fails whatever the verdict; `missing`: not run. Time verdicts "
+        "inform only.",
+    ]
+
+
+def _kernel_table(rows: Sequence[KernelRow]) -> list[str]:
+    return table(
+        ["", "case", "humming-kernels", "session", "at the largest batch", "verdict", "detail"],
+        [
+            [
+                _kernel_icon(r),
+                r.case,
+                r.version.label,
+                r.version.newest.session,
+                "not run" if r.cell is None else r.cell.text,
+                r.verdict_text,
+                r.detail(),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _kernel_versions(section: KernelSection) -> list[str]:
+    rows = []
+    for version in section.versions:
+        cells = version.cells
+        rows.append(
+            [version.label]
+            + [cells[case].text if case in cells else "-" for case in section.cases]
+        )
+    return [
+        "",
+        "### Versions x cases: state and median time at the largest batch size",
+        "",
+        *table(["humming-kernels", *section.cases], rows),
+    ]
+
+
+def _kernel_section(section: KernelSection, details: bool, cap: int | None) -> list[str]:
+    lines = ["", *_kernel_summary(section), "", *_capped(_kernel_table(section.rows), cap)]
     if details:
-        lines += _details(report, flips)
-    lines += [*_baselines(report), *_environments(report, packages)]
-    return "\n".join(lines) + "\n"
+        lines += _kernel_versions(section)
+    return lines
+
+
+# --- the lm-eval section ---------------------------------------------------------------------
+
+
+def _lm_eval_summary(section: LmEvalSection) -> list[str]:
+    s = section.settings
+    return [
+        "## humming-matrix report: lm-eval across humming-kernels versions",
+        "",
+        f"**{len(section.failures)} failing** of {plural(len(section.rows), 'result')} "
+        f"({plural(len(section.configs), 'config')} x "
+        f"{plural(len(section.cells), 'environment')}). Baseline: {section.baseline.label}. "
+        f"Regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"{plural(100 * s.min_effect, 'point')}; below threshold: lm-eval's pass rule, measured "
+        ">= value * (1 - rtol). Accuracy: full credit on the paired documents, in %, 95% "
+        "intervals (Wilson; Newcombe paired).",
+    ]
+
+
+def _lm_eval_cells(row: LmEvalRow) -> list[object]:
+    m = row.comparison
+    accuracy = delta = flips = mid_p = mde = ""
+    if row.score is not None:
+        s = row.score
+        accuracy = f"{pct(s.accuracy)} [{pct(s.interval.low)}, {pct(s.interval.high)}]"
+    if m is not None:
+        delta = (
+            f"{points(m.difference)} [{points(m.difference_interval.low)}, "
+            f"{points(m.difference_interval.high)}]"
+        )
+        flips = f"{m.table.right_to_wrong} / {m.table.wrong_to_right}"
+        mid_p = f"{(m.p_regression if m.difference <= 0 else m.p_improvement):.3g}"
+        mde = _mde(m.mde)
+    verdict = row.status.value + (f": {row.note}" if row.note else "")
+    return [
+        ICONS[row.status],
+        row.config,
+        row.task,
+        row.key,
+        row.cell.humming or "?",
+        row.session,
+        accuracy,
+        delta,
+        flips,
+        mid_p,
+        mde,
+        row.backstop,
+        verdict,
+    ]
+
+
+def _lm_eval_table(rows: Sequence[LmEvalRow]) -> list[str]:
+    return table(
+        [
+            "",
+            "config",
+            "task",
+            "metric,filter",
+            "humming-kernels",
+            "session",
+            "accuracy % (95% CI)",
+            "Δ vs baseline (95% CI)",
+            "b / c",
+            "mid-p",
+            "MDE",
+            "backstop",
+            "verdict",
+        ],
+        [_lm_eval_cells(r) for r in rows],
+    )
+
+
+def _lm_eval_details(section: LmEvalSection) -> list[str]:
+    lines: list[str] = []
+    for row in section.rows:
+        m = row.comparison
+        if m is None or row.status is RowStatus.NO_CHANGE:
+            continue
+        lines += ["", f"### {cell(row.name)} on {cell(row.cell.label)}: {row.status.value}", "",
+                  f"`{m.line()}`"]
+        if m.flips:
+            docs = ", ".join(f"{f.doc_id} ({f.direction.value})" for f in m.flips[:FLIPS_SHOWN])
+            more = f" and {len(m.flips) - FLIPS_SHOWN} more" if len(m.flips) > FLIPS_SHOWN else ""
+            lines += ["", f"- flipped documents: {docs}{more}"]
+    return lines
+
+
+def _lm_eval_section(section: LmEvalSection, details: bool, cap: int | None) -> list[str]:
+    lines = ["", *_lm_eval_summary(section), "", *_capped(_lm_eval_table(section.rows), cap)]
+    if details:
+        lines += _lm_eval_details(section)
+    return lines
+
+
+# --- the whole store -------------------------------------------------------------------------
+
+
+def _compose(
+    report: StoreReport, details: bool, flips: bool, packages: bool, cap: int | None = None
+) -> str:
+    """Every section; `cap` limits each table's rows and leaves out all else but the summaries."""
+    lines: list[str] = []
+    if report.rows:
+        lines += [*_summary(report), "", *_capped(_main_table(report.rows), cap)]
+        if details:
+            lines += _details(report, flips)
+        if cap is None:
+            lines += [*_baselines(report), *_environments(report, packages)]
+    if report.kernels is not None:
+        lines += _kernel_section(report.kernels, details, cap)
+    if report.lm_eval is not None:
+        lines += _lm_eval_section(report.lm_eval, details, cap)
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def store_markdown(report: StoreReport, max_bytes: int = MAX_BYTES) -> str:
     """The store report, cut down to `max_bytes` of UTF-8 by dropping, in order: package diffs,
-    flip tables, the details section, then rows from the bottom (the passing ones)."""
+    flip tables, the details sections (and the kernel versions x cases table), then rows from the
+    bottom of each table (the passing ones)."""
     for details, flips, packages in ((1, 1, 1), (1, 1, 0), (1, 0, 0), (0, 0, 0)):
         text = _compose(report, bool(details), bool(flips), bool(packages))
         if len(text.encode()) <= max_bytes:
             return text
-    return _truncated_rows(report, max_bytes)
-
-
-def _truncated_rows(report: StoreReport, max_bytes: int) -> str:
-    head = "\n".join([*_summary(report), ""]) + "\n"
-    lines = _main_table(report.rows)
-    kept = lines[:2]
-    budget = max_bytes - len(head.encode()) - 200
-    used = sum(len(x.encode()) + 1 for x in kept)
-    for line in lines[2:]:
-        if used + len(line.encode()) + 1 > budget:
-            break
-        kept.append(line)
-        used += len(line.encode()) + 1
-    dropped = len(lines) - len(kept)
-    note = f"\n{dropped} more rows (all passing or less severe) left out to stay under 1 MiB.\n"
-    return head + "\n".join(kept) + "\n" + note
+    # The most rows per table that fit: bisect on the cap (the size grows with it).
+    sizes = [len(report.rows)]
+    sizes += [len(report.kernels.rows)] if report.kernels else []
+    sizes += [len(report.lm_eval.rows)] if report.lm_eval else []
+    low, high = 0, max(sizes)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(_compose(report, False, False, False, mid).encode()) <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return _compose(report, False, False, False, low)

@@ -178,4 +178,6 @@ def test_report_command_writes_every_format(
         f"humming-matrix: error: {tmp_path / 'missing'}: not a directory\n"
     )
     assert main(["report", str(out)]) == 2  # a directory without records
-    assert capsys.readouterr().err == f"humming-matrix: error: {out}: holds no GSM8K record\n"
+    assert capsys.readouterr().err == (
+        f"humming-matrix: error: {out}: holds no record (GSM8K, kernels or lm-eval)\n"
+    )

@@ -1,5 +1,5 @@
 """The HTML page without a browser: self-contained, one plot per config and kind, the flip lists.
-(tests/integration/test_report_html.py renders it in a real Chromium.)"""
+(tests/integration/test_report_store.py renders it in a real Chromium.)"""
 
 from __future__ import annotations
 

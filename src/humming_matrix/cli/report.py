@@ -1,4 +1,5 @@
-"""`humming-matrix report DIR`: what the store holds, as Markdown, JUnit XML and HTML."""
+"""`humming-matrix report DIR`: what the store holds (GSM8K, kernel and lm-eval records, each kind
+in its own section), as Markdown, JUnit XML and HTML."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "report",
         help="render what a result store holds (Markdown, JUnit XML, HTML)",
-        description="Judge every (environment, config) in the store against the baseline "
-        "environment and render it. Without --markdown, --junit or --html the Markdown goes to "
-        "stdout. Exit 0 (the report informs; `compare` gates).",
+        description="Judge every result in the store against the baseline environment and "
+        "render it, one section per kind of record: GSM8K (environment, config), kernels "
+        "(environment, case: the kernel judge) and lm-eval (environment, config, task, metric). "
+        "Without --markdown, --junit or --html the Markdown goes to stdout. Exit 0 (the report "
+        "informs; `compare` gates); 2 if the store holds no record of any kind.",
     )
     p.add_argument("store", type=Path, metavar="DIR")
     p.add_argument(
@@ -30,12 +33,18 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="Markdown under 1 MiB (a Buildkite annotation or GitHub job summary)",
     )
-    p.add_argument("--junit", type=Path, metavar="FILE", help="JUnit XML, one testcase per result")
+    p.add_argument(
+        "--junit",
+        type=Path,
+        metavar="FILE",
+        help="JUnit XML, one testcase per result (config, kernel case, lm-eval metric)",
+    )
     p.add_argument("--html", type=Path, metavar="FILE", help="a self-contained HTML page")
     p.add_argument(
         "--baseline",
         metavar="VERSION",
-        help="humming-kernels version to compare against (default: the oldest there)",
+        help="humming-kernels version to compare against, in every section (default: the "
+        "oldest there, per kind)",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="as for compare (default 0.05)")
     p.add_argument(
