@@ -310,6 +310,12 @@ def test_cell_label() -> None:
 # --- the command line ------------------------------------------------------------------------
 
 
+def scipy_wilson(k: int, n: int) -> str:
+    """The 95% Wilson interval as the reports print it, computed by scipy."""
+    ci = sp.binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return f"[{100 * ci.low:.2f}, {100 * ci.high:.2f}]"
+
+
 def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = store(tmp_path / "base", make_record(n=200))
     cand = store(
@@ -335,7 +341,9 @@ def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     }
     assert entry["midp_regression"] == 0.5**7
     assert data["gate_failed"] is True
-    assert "| cfg | 100.00 [98.12, 100.00] | 97.00 [93.61, 98.62] |" in md.read_text()
+    assert f"| cfg | 100.00 {scipy_wilson(200, 200)} | 97.00 {scipy_wilson(194, 200)} |" in (
+        md.read_text()
+    )
     assert "**FAIL**: the gate fails for 1 of 1 config (regression: " in md.read_text()
     # With a larger minimum effect, the same data no longer fails.
     assert main(["compare", str(base), str(cand), "--min-effect", "0.05"]) == 0
