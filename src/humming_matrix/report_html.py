@@ -38,6 +38,7 @@ table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top;
          white-space: nowrap; }
 td.verdict { white-space: normal; }
+td.wrap { white-space: normal; min-width: 28em; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdecea; }
@@ -357,14 +358,17 @@ def _baselines(report: StoreReport) -> str:
 
 
 def _table(table_id: str, head: list[str], rows: list[tuple[str, list[str]]]) -> str:
-    """A table of (row class, cell HTML) rows; a cell holding only a number aligns right."""
+    """A table of (row class, cell HTML) rows."""
     out = [
         f'<table id="{table_id}"><thead><tr>',
         *(f"<th>{e(h)}</th>" for h in head),
         "</tr></thead><tbody>",
     ]
     for cls, cells in rows:
-        out.append(f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        # The last column (a verdict with its reasons) wraps; the rest stay one line each.
+        tds = [f"<td>{c}</td>" for c in cells[:-1]]
+        tds += [f'<td class="wrap">{c}</td>' for c in cells[-1:]]
+        out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 

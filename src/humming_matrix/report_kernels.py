@@ -4,10 +4,10 @@ baseline environment by the kernel judge (`kernels.judge.compare_kernel_records`
 (environment, case): the worst of the case's per-batch-size verdicts.
 
 A row fails when the judge calls the case a regression (`regressed`, `newly-broken`: what fails
-`compare`), or when the case is broken in that run on its own (out of tolerance, NaN/Inf, raised,
+`compare`), when the case is broken in that run on its own (out of tolerance, NaN/Inf, raised,
 hung, crashed: what makes `humming-matrix kernels` exit 1), as a GSM8K row below its threshold
-fails whatever the paired verdict. A case the run did not reach (`missing`) or ran on other input
-bytes (`incomparable`) cannot be judged.
+fails whatever the paired verdict, or when it cannot be judged: the run did not reach the case
+(`missing`, a partial record) or ran it on other input bytes (`incomparable`).
 """
 
 from __future__ import annotations
@@ -161,20 +161,22 @@ class KernelRow:
         return tuple(v for v in self.verdicts if v.time is TimeVerdict.SLOWER)
 
     def detail(self) -> str:
-        """Each batch size's verdict that is not `same`, worst first."""
-        parts = []
+        """Each batch size's verdict that is not `same`, worst first; batch sizes with the same
+        verdict and reason share one entry (`m=1, 64, 2048 newly-broken (...)`)."""
+        sizes: dict[str, list[str]] = {}
         for v in self.verdicts:
             if v.verdict is Verdict.SAME and v.time in (TimeVerdict.SAME, TimeVerdict.UNKNOWN):
                 continue
-            where = "" if v.m is None else f"m={v.m} "
-            text = f"{where}{v.verdict.value}"
+            text = v.verdict.value
             if v.time in (TimeVerdict.SLOWER, TimeVerdict.FASTER) and v.time_ratio is not None:
                 single = "" if v.time_runs_measured else ", one run a side"
                 text += f", {v.time.value} {v.time_ratio:.2f}x{single}"
             if v.note:
                 text += f" ({_one_line(v.note)})"
-            parts.append(text)
-        return "; ".join(parts)
+            sizes.setdefault(text, []).extend([] if v.m is None else [str(v.m)])
+        return "; ".join(
+            (f"m={', '.join(ms)} " if ms else "") + text for text, ms in sizes.items()
+        )
 
     def line(self) -> str:
         """The verdict in one line (the JUnit failure message)."""
@@ -280,12 +282,12 @@ def build_kernel_section(store: Path, baseline_version: str | None) -> KernelSec
         by_case: dict[str, list[CaseVerdict]] = defaultdict(list)
         for v in comparison.verdicts:
             by_case[v.case].append(v)
-        regressions = set(map(id, comparison.regressions))
         for case in cases:
             verdicts = _worst(by_case.get(case, []))
             if not verdicts:
                 continue
-            regression = any(id(v) in regressions for v in verdicts)
+            # The judge's own call of what a regression is (`KernelComparison.regressions`).
+            regression = any(v in comparison.regressions for v in verdicts)
             rows.append(
                 KernelRow(case, version, verdicts[0].verdict, verdicts, regression, base_name)
             )

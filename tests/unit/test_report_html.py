@@ -71,3 +71,16 @@ def test_flip_lists(tmp_path: Path) -> None:
     assert lists == [("alpha", "0.1.10"), ("beta", "0.1.7")]
     indices = [a["data-index"] for a in page.having("tr") if a.get("data-index")]
     assert indices == [str(i) for i in REGRESSED if i >= 5] + ["4"]
+
+
+def test_a_kernel_store_has_its_two_tables_and_nothing_from_elsewhere() -> None:
+    page = Elements()
+    h200 = Path(__file__).resolve().parents[2] / "results" / "h200"
+    page.feed(store_html(build_report(h200, Settings())))
+    assert [a["id"] for a in page.having("table")] == ["kernel-results", "kernel-versions"]
+    assert not page.having("svg")  # no plots for kernel records
+    assert not {t for t, _ in page.elements} & {"script", "link", "img", "iframe", "object"}
+    rows = [a.get("class") for t, a in page.elements if t == "tr" and a.get("class")]
+    assert rows.count("failed") == 44
+    assert rows.count("complete") + rows.count("partial") == 21
+    assert rows.count("partial") == 6  # 0.1.8 .. 0.1.13
