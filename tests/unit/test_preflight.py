@@ -3,8 +3,10 @@ vLLM, with a probe that crashes, and with one that hangs (its whole process grou
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -115,3 +117,36 @@ def test_a_hung_probe_is_killed_with_its_children(tmp_path: Path) -> None:
         time.sleep(0.05)
     else:
         pytest.fail(f"the probe's child {child} outlived the preflight")
+
+
+def test_the_preflight_command_prints_each_check_and_exits_125(tmp_path: Path) -> None:
+    """`humming-matrix preflight` in this interpreter (no humming, and told to expect no vLLM)."""
+    config = REPO / "configs" / "gsm8k" / "humming" / "gpt-oss-20b-humming.yaml"
+    out = tmp_path / "preflight.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "preflight", "--config", str(config),
+         "--without-vllm", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert (done.returncode, done.stderr) == (125, "")
+    assert done.stdout.splitlines() == [
+        "FAILED  humming_import [humming]: humming-kernels is not installed in this environment",
+        "SKIPPED vllm_integration [vllm]: vLLM is not installed (this recipe installs none)",
+        "SKIPPED server_args [gpt-oss-20b-humming]: vLLM is not installed",
+        "SKIPPED humming_env [gpt-oss-20b-humming]: no humming JSON in env",
+        "preflight FAILED, untestable (humming-kernels none): humming_import [humming]: "
+        "humming-kernels is not installed in this environment",
+    ]
+    report = json.loads(out.read_text())
+    assert report["passed"] is False
+    assert [(c["name"], c["subject"], c["status"]) for c in report["checks"]] == [
+        ("humming_import", "humming", "failed"),
+        ("vllm_integration", "vllm", "skipped"),
+        ("server_args", "gpt-oss-20b-humming", "skipped"),
+        ("humming_env", "gpt-oss-20b-humming", "skipped"),
+    ]
+
+    usage = subprocess.run([sys.executable, "-m", "humming_matrix", "preflight"],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert (usage.returncode, usage.stdout, usage.stderr) == (
+        2, "", "humming-matrix: error: preflight needs --config FILE or --config-list FILE\n")
