@@ -137,6 +137,7 @@ def test_parallel_probes_each_get_their_own_gpu(tmp_path: Path, config: EvalConf
     results = prober.probe_many(cells)
     assert [r.status for r in results] == [ProbeStatus.RAN] * 3
     assert recorder.peak == 2  # three probes, two GPUs: never more than two at once
+    assert sorted(recorder.seen) == ["humming-0.1.3", "humming-0.1.4", "humming-0.1.5"]
     for session, (visible, pool_devices, slot_dir) in recorder.seen.items():
         assert visible in {"0", "1"}
         # The session's own slot pool (if it takes one) is private and holds exactly its GPU.
