@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from humming_matrix.results import iter_gsm8k_records
 from humming_matrix.server import free_port
 
 from .runner_harness import alive, cli, policy_env, records, write_config
@@ -46,7 +48,12 @@ def test_exact_accuracy_and_question_vector(tmp_path: Path) -> None:
     assert record.config.fields["num_fewshot"] == 5
     assert record.server["env"]["HF_TOKEN"] == "***"  # redacted in the record...
     assert record.environment["python"] == platform.python_version()  # this interpreter ran it
-    assert "PASS double: accuracy 0.9000" in done.stdout
+    [(path, _)] = iter_gsm8k_records(tmp_path / "store")
+    assert re.fullmatch(
+        r"PASS double: accuracy 0\.9000 \(gate 0\.95 - 0\.08 = 0\.8700\), invalid 0\.0250, "
+        rf"errors 0, 40 questions, \d+\.\d s -> {re.escape(str(path))}",
+        done.stdout.splitlines()[-1],
+    ), done.stdout
 
     seen = json.loads(state.read_text())
     port = seen["argv"][seen["argv"].index("--port") + 1]
@@ -69,7 +76,11 @@ def test_below_threshold_exits_1(tmp_path: Path) -> None:
     [record] = records(tmp_path)
     assert record.metrics.accuracy == 0.5
     assert record.metrics.passed is False
-    assert "FAIL double: accuracy 0.5000 (gate 0.99 - 0.08 = 0.9100)" in done.stdout
+    assert re.fullmatch(
+        r"FAIL double: accuracy 0\.5000 \(gate 0\.99 - 0\.08 = 0\.9100\), invalid 0\.0000, "
+        r"errors 0, 20 questions, \d+\.\d s -> \S+\.json",
+        done.stdout.splitlines()[-1],
+    ), done.stdout
 
 
 def test_5xx_is_retried_and_not_counted_as_invalid(tmp_path: Path) -> None:

@@ -67,9 +67,14 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
     assert record["environment"]["worker"]["humming_kernels"] == "0.0.0-double"
     assert record["ceilings"] == {"bf16_tflops": 800.0, "copy_gbps": 4300.0}
-    out = capsys.readouterr().out
-    assert f"record: {path}" in out
-    assert "| unsupported |" in out
+    # The double's numbers (rel_err 1e-3, 1 ms a batch), one row for its version.
+    assert capsys.readouterr().out.splitlines() == [
+        "| humming | moe-mxfp4-bf16-qwen3-30b-a3b | moe-mxfp4-fp8-qwen3-30b-a3b "
+        "| moe-mxfp4-bf16-gpt-oss-20b | moe-mxfp4-fp8-gpt-oss-20b |",
+        "| --- | --- | --- | --- | --- |",
+        "| 0.0.0-double | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | unsupported |",
+        f"record: {path}",
+    ]
 
 
 def test_numerics_out_of_tolerance_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
