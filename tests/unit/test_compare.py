@@ -4,6 +4,7 @@ integration tests judge records from real runs)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -212,7 +213,9 @@ def test_refuses_different_question_sets() -> None:
         compare_records(
             loaded(make_record(), "b.json"), loaded(make_record(n=30), "c.json"), SETTINGS
         )
-    with pytest.raises(RecordError, match="question set differs"):
+    with pytest.raises(RecordError, match=re.escape(
+        "rec.json: questions: question set differs from the baseline's in rec.json (40 "
+        "questions, 1..40 vs 40 questions, 0..39): run both with the same --limit")):
         compare_records(loaded(make_record()), loaded(make_record(indices=range(1, 41))), SETTINGS)
 
 
@@ -224,9 +227,9 @@ def test_refuses_different_labels() -> None:
 
 
 def test_settings_are_validated() -> None:
-    with pytest.raises(UsageError, match="--alpha"):
+    with pytest.raises(UsageError, match=r"^--alpha must be in \(0, 0\.5\), got 0\.5$"):
         Settings(alpha=0.5)
-    with pytest.raises(UsageError, match="--min-effect"):
+    with pytest.raises(UsageError, match=r"^--min-effect must be in \[0, 1\), got -0\.1$"):
         Settings(min_effect=-0.1)
 
 

@@ -140,10 +140,12 @@ def test_select_cases_and_batch_sizes() -> None:
     names = [c.name for c in select_cases(["moe-*-fp8-*"])]
     assert names == ["moe-mxfp4-fp8-qwen3-30b-a3b", "moe-mxfp4-fp8-gpt-oss-20b"]
     assert len(select_cases(None)) == 7
-    with pytest.raises(UsageError, match="matches no case"):
+    with pytest.raises(UsageError) as no_case:
         select_cases(["nothing*"])
+    assert str(no_case.value) == (
+        "--cases 'nothing*' matches no case; cases: " + ", ".join(c.name for c in SUITE))
     assert parse_batch_sizes(["1,2048", "64", "1"]) == (1, 64, 2048)
-    with pytest.raises(UsageError, match="'0' is not a positive integer"):
+    with pytest.raises(UsageError, match=r"^--batch-sizes: '0' is not a positive integer$"):
         parse_batch_sizes(["0"])
 
 

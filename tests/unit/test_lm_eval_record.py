@@ -117,15 +117,20 @@ def test_records_round_trip_and_pair_by_document(tmp_path: Path) -> None:
     pairs = paired_outcomes(base, cand, "gsm8k", "exact_match,strict-match")
     assert pairs == [(0, True, True), (1, True, False), (2, False, True), (3, True, False)]
 
-    with pytest.raises(RecordError, match="is incomplete"):
+    config = cand.config.path
+    with pytest.raises(RecordError) as refused:
         paired_outcomes(base, dataclasses.replace(cand, complete=False), "gsm8k",
                         "exact_match,strict-match")
+    assert str(refused.value) == f"{config}: run b is incomplete; it cannot be judged"
     other = dataclasses.replace(cand, config=dataclasses.replace(cand.config, sha256="x"))
-    with pytest.raises(RecordError, match=r"differs between the runs \(sha256\)"):
+    with pytest.raises(RecordError) as refused:
         paired_outcomes(base, other, "gsm8k", "exact_match,strict-match")
+    assert str(refused.value) == f"{config}: config 'cfg' differs between the runs (sha256)"
     fewer = dataclasses.replace(cand, samples=cand.samples[1:])
-    with pytest.raises(RecordError, match="did not score the same documents"):
+    with pytest.raises(RecordError) as refused:
         paired_outcomes(base, fewer, "gsm8k", "exact_match,flexible-extract")
+    assert str(refused.value) == (
+        f"{config}: gsm8k.exact_match,flexible-extract: the runs did not score the same documents")
 
 
 def test_a_malformed_record_names_the_key(tmp_path: Path) -> None:

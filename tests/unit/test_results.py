@@ -57,8 +57,10 @@ def test_round_trip(tmp_path: Path) -> None:
 def test_records_are_never_overwritten(tmp_path: Path) -> None:
     path = write_record(tmp_path, make_record())
     before = path.read_bytes()
-    with pytest.raises(RecordError, match="records are never overwritten"):
+    with pytest.raises(RecordError) as refused:
         write_record(tmp_path, make_record(complete=False))
+    assert str(refused.value) == (
+        f"{path}: a record of that name exists; records are never overwritten")
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temp file left
 
