@@ -12,6 +12,10 @@ import pytest
 from humming_matrix import gsm8k
 from humming_matrix.errors import DataError
 
+# The published files' sha256 (DESIGN.md), written out rather than read from the module.
+TEST_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+TRAIN_SHA256 = "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),
@@ -112,10 +116,19 @@ def test_download_once_into_cache_and_verify(tmp_path: Path, gsm8k_dir: Path,
     assert first == second == cache / "test.jsonl"
     assert fetched == [gsm8k.SOURCE_URL.format(name="test.jsonl")]
 
-    with pytest.raises(DataError, match="downloaded file has sha256"):
-        gsm8k.data_file("train.jsonl", lambda url: b"not gsm8k\n", cache)
+    other = b"not gsm8k\n"
+    with pytest.raises(DataError) as refused:
+        gsm8k.data_file("train.jsonl", lambda url: other, cache)
+    assert str(refused.value) == (
+        f"{gsm8k.SOURCE_URL.format(name='train.jsonl')}: downloaded file has sha256 "
+        f"{hashlib.sha256(other).hexdigest()}, expected {TRAIN_SHA256}")
     assert not (cache / "train.jsonl").exists()
 
-    (cache / "test.jsonl").write_bytes(b"tampered\n")
-    with pytest.raises(DataError, match="does not match the published GSM8K file"):
+    tampered = b"tampered\n"
+    (cache / "test.jsonl").write_bytes(tampered)
+    with pytest.raises(DataError) as refused:
         gsm8k.data_file("test.jsonl", fetch, cache)
+    assert str(refused.value) == (
+        f"{cache / 'test.jsonl'}: sha256 {hashlib.sha256(tampered).hexdigest()} "
+        f"does not match the published GSM8K file ({TEST_SHA256}); the file is corrupt or not "
+        "GSM8K")

@@ -158,8 +158,9 @@ def test_find_links_directory(tmp_path: Path) -> None:
 
 
 def test_find_links_directory_missing(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="find-links directory does not exist"):
+    with pytest.raises(InputError) as caught:
         FindLinksDirectory(tmp_path / "nope").releases("humming-kernels")
+    assert str(caught.value) == f"{tmp_path / 'nope'}: find-links directory does not exist"
 
 
 def test_cache_answers_until_it_expires(tmp_path: Path) -> None:
