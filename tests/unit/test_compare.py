@@ -274,10 +274,16 @@ def test_a_side_with_two_environments_is_refused(tmp_path: Path) -> None:
 
 
 def test_newest_incomplete_record_is_refused(tmp_path: Path) -> None:
-    base = store(tmp_path / "base", make_record(), make_record(complete=False))
+    partial = make_record(complete=False)
+    base = store(tmp_path / "base", make_record(), partial)
     cand = store(tmp_path / "cand", make_record(version="0.1.10"))
-    with pytest.raises(RecordError, match="is incomplete"):
+    with pytest.raises(RecordError) as refused:
         compare_locations(base, cand, SETTINGS)
+    assert str(refused.value) == (
+        f"{base}/gsm8k__cfg__0.1.6__{partial.run_id}.json: complete: record {partial.run_id} of "
+        "config cfg is incomplete (the run stopped early; finish it with `humming-matrix run "
+        "--resume`); compare refuses incomplete records"
+    )
 
 
 def test_calibration_comes_from_an_a_a_pair_within_one_side(tmp_path: Path) -> None:
