@@ -274,8 +274,9 @@ def test_a_side_with_two_environments_is_refused(tmp_path: Path) -> None:
 
 
 def test_newest_incomplete_record_is_refused(tmp_path: Path) -> None:
-    partial = make_record(complete=False)
-    base = store(tmp_path / "base", make_record(), partial)
+    older = make_record()
+    partial = make_record(complete=False)  # made second: the newer run
+    base = store(tmp_path / "base", older, partial)
     cand = store(tmp_path / "cand", make_record(version="0.1.10"))
     with pytest.raises(RecordError) as refused:
         compare_locations(base, cand, SETTINGS)
