@@ -39,6 +39,7 @@ VERDICT_ORDER = (
     Verdict.INCOMPARABLE,
     Verdict.STILL_BROKEN,
     Verdict.NEW,
+    Verdict.CHANGED,
     Verdict.FIXED,
     Verdict.IMPROVED,
     Verdict.SAME,

@@ -109,6 +109,20 @@ def test_an_increase_inside_the_draw_spread_is_not_a_regression() -> None:
     assert v.noise_rel_err == pytest.approx(3 * math.sqrt(2 * 16e-6 / 3))
 
 
+def test_a_worse_worst_channel_within_tolerance_is_changed_not_a_regression() -> None:
+    """The H200 records of 0.1.13+ against 0.1.0: one channel 30 % worse, the layer not."""
+    base = _record("0.1.5", {"a": [_batch(worst_row_rel_err=[0.025] * 3)]})
+    cand = _record("0.1.6", {"a": [_batch(worst_row_rel_err=[0.033] * 3)]})  # < 64 x 1.6e-3
+    cmp = compare_kernel_records([base], [cand])
+    (v,) = cmp.verdicts
+    assert v.verdict is Verdict.CHANGED
+    assert cmp.exit_code == 0
+    beyond = _record("0.1.7", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]})  # > 64 x floor
+    (w,) = compare_kernel_records([base], [beyond]).verdicts
+    assert w.verdict is Verdict.REGRESSED
+    assert w.note == "out of tolerance; the baseline was within it"
+
+
 def test_lower_error_is_an_improvement_and_passes() -> None:
     base = _record("0.1.5", {"a": [_batch(rel=(9e-3, 9.1e-3, 8.9e-3))]})
     cand = _record("0.1.6", {"a": [_batch()]})

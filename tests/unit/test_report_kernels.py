@@ -35,8 +35,7 @@ CASES = (
 QKV, QKV_FP8, QWEN, QWEN_FP8, OSS, OSS_FP8, GPTQ = CASES
 # Against 0.1.0, in the report's order: newly-broken first, then regressed; within a verdict by
 # case, then version. 0.1.8 broke every MXFP4 layer (NaN/Inf), 0.1.11 cannot build MXFP4 with bf16
-# activations (NVRTC); from 0.1.13 the qkv layer's worst channel at 1 token is about 30 % worse
-# than 0.1.0's (0.032 - 0.035 vs 0.025: within tolerance, beyond the bf16 floor).
+# activations (NVRTC).
 REGRESSIONS = [
     (QKV, "0.1.8", Verdict.NEWLY_BROKEN),
     (QKV, "0.1.11", Verdict.NEWLY_BROKEN),
@@ -46,13 +45,11 @@ REGRESSIONS = [
     (OSS, "0.1.8", Verdict.NEWLY_BROKEN),
     (OSS, "0.1.11", Verdict.NEWLY_BROKEN),
     (OSS_FP8, "0.1.8", Verdict.NEWLY_BROKEN),
-    (QKV, "0.1.13", Verdict.REGRESSED),
-    (QKV, "0.1.14", Verdict.REGRESSED),
-    (QKV, "0.1.15", Verdict.REGRESSED),
-    (QKV, "0.1.16", Verdict.REGRESSED),
-    (QKV, "0.1.17", Verdict.REGRESSED),
-    (QKV, "0.1.20", Verdict.REGRESSED),
 ]
+# From 0.1.13 the qkv layer's worst channel at 1 token is about 30 % worse than 0.1.0's (0.031 -
+# 0.035 vs 0.025) while its mean error is lower (0.0034 vs 0.0037): still within tolerance (64 x
+# the 0.0015 floor), so `changed`, shown but not failing.
+CHANGED = [(QKV, f"0.1.{v}") for v in (13, 14, 15, 16, 17, 20)]
 # Cases the partial runs (0.1.8 .. 0.1.13, cut by the call's deadline) never reached.
 MISSING = [
     (QWEN_FP8, "0.1.13"),
@@ -89,7 +86,7 @@ def test_only_kernel_records_render_with_the_oldest_release_as_baseline(
         Verdict.MISSING: 10,
         Verdict.NEWLY_BROKEN: 8,
         None: 7,  # the baseline's own cases
-        Verdict.REGRESSED: 6,
+        Verdict.CHANGED: 6,
     }
 
 
@@ -111,8 +108,11 @@ def test_regressions_come_first_then_other_failures(report: StoreReport) -> None
     ]
     # Everything after the failures passes: fixed, same, and the baseline's good cases.
     assert {r.verdict for r in section.rows[len(failing) :]} == {
-        Verdict.FIXED, Verdict.SAME, None}
+        Verdict.CHANGED, Verdict.FIXED, Verdict.SAME, None}
     assert all(not r.failed for r in section.rows[len(failing) :])
+    changed = [(r.case, r.version.cell.humming) for r in section.rows
+               if r.verdict is Verdict.CHANGED]
+    assert changed == CHANGED
 
 
 def test_verdicts_are_the_kernel_judges(report: StoreReport) -> None:
@@ -152,7 +152,7 @@ def test_markdown_versions_by_cases_table_and_judged_rows(report: StoreReport) -
     text = store_markdown(report)
     assert text.startswith("## humming-matrix report: kernel tier across humming-kernels versions")
     assert (
-        "**44 failing** of 147 results (7 cases x 21 environments), 14 of them regressions"
+        "**38 failing** of 147 results (7 cases x 21 environments), 8 of them regressions"
         in text
     )
     versions = table_after(text, "### Versions x cases")
@@ -194,7 +194,7 @@ def test_markdown_versions_by_cases_table_and_judged_rows(report: StoreReport) -
         "m=1, 64, 2048 newly-broken (RuntimeError: <class "
         "'humming.jit.compiler.NVRTCCompiler'> run failed)",
     ]
-    assert [r[0] for r in rows].count("❌") == 44
+    assert [r[0] for r in rows].count("❌") == 38
     assert len(text.encode()) < 1024 * 1024
 
 
@@ -213,7 +213,7 @@ def test_junit_one_testcase_per_environment_and_case(report: StoreReport) -> Non
     [suite] = ET.fromstring(store_junit(report))
     cases = suite.findall("testcase")
     assert len(cases) == 147
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("147", "34", "10")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("147", "28", "10")
     first = cases[0]
     assert (first.get("classname"), first.get("name")) == ("kernels-0.1.8", QKV)
     failure = first.find("failure")
