@@ -81,6 +81,6 @@ def test_a_kernel_store_has_its_two_tables_and_nothing_from_elsewhere() -> None:
     assert not page.having("svg")  # no plots for kernel records
     assert not {t for t, _ in page.elements} & {"script", "link", "img", "iframe", "object"}
     rows = [a.get("class") for t, a in page.elements if t == "tr" and a.get("class")]
-    assert rows.count("failed") == 44
+    assert rows.count("failed") == 38  # 8 regressions, 10 unreached, 20 broken in their own run
     assert rows.count("complete") + rows.count("partial") == 21
     assert rows.count("partial") == 6  # 0.1.8 .. 0.1.13
