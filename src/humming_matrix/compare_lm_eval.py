@@ -32,7 +32,8 @@ from humming_matrix.lmeval.record import LmEvalRecord, MetricCheck, load_lm_eval
 from humming_matrix.lmeval.record import Verdict as CheckVerdict
 from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outcomes
 from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
-from humming_matrix.report_markdown import cell, pct, plural, table
+from humming_matrix.report_markdown import cell, plural, table
+from humming_matrix.report_rows import accuracy_cell, paired_cells
 from humming_matrix.results import RecordKind, record_paths
 from humming_matrix.stats import (
     Interval,
@@ -431,18 +432,11 @@ def short(text: str, limit: int = TARGET_SHOWN) -> str:
 
 
 def _row(m: MetricComparison) -> list[object]:
-    p = m.p_regression if m.difference <= 0 else m.p_improvement
     return [
         m.config, m.task, m.key,
-        f"{pct(m.baseline.accuracy)} [{pct(m.baseline.interval.low)}, "
-        f"{pct(m.baseline.interval.high)}]",
-        f"{pct(m.candidate.accuracy)} [{pct(m.candidate.interval.low)}, "
-        f"{pct(m.candidate.interval.high)}]",
-        f"{points(m.difference)} [{points(m.difference_interval.low)}, "
-        f"{points(m.difference_interval.high)}]",
-        f"{m.table.right_to_wrong} / {m.table.wrong_to_right}",
-        f"{p:.3g}",
-        "n/a" if m.mde is None else f"{100 * m.mde:.2f}",
+        accuracy_cell(m.baseline.accuracy, m.baseline.interval),
+        accuracy_cell(m.candidate.accuracy, m.candidate.interval),
+        *paired_cells(m),
         "not gated" if m.backstop is None else backstop_text(m.backstop),
         m.verdict.value,
     ]

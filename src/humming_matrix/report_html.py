@@ -17,7 +17,14 @@ from humming_matrix.compare import ConfigComparison, points
 from humming_matrix.report import Row, RowStatus, StoreReport
 from humming_matrix.report_kernels import KernelRow, KernelSection
 from humming_matrix.report_lm_eval import LmEvalRow, LmEvalSection
-from humming_matrix.report_markdown import ENV_KEYS, pct, plural
+from humming_matrix.report_markdown import ENV_KEYS, plural
+from humming_matrix.report_rows import (
+    LM_EVAL_COLUMNS,
+    PAIRED_COLUMNS,
+    accuracy_cell,
+    paired_cells,
+    pct,
+)
 
 COLORS = {
     RowStatus.REGRESSION: "#c62828",
@@ -232,10 +239,7 @@ def _main_table(report: StoreReport) -> str:
         "humming-kernels",
         "session",
         "accuracy % (95% CI)",
-        "Δ vs baseline (95% CI)",
-        "b / c",
-        "mid-p",
-        "MDE",
+        *PAIRED_COLUMNS,
         "vs A/A noise",
         "verdict",
     ]
@@ -251,13 +255,14 @@ def _main_table(report: StoreReport) -> str:
             e(r.config),
             e(r.cell.humming or "?"),
             e(r.session),
-            f"{pct(r.accuracy)} [{pct(r.interval.low)}, {pct(r.interval.high)}]",
+            accuracy_cell(r.accuracy, r.interval),
+            *paired_cells(c),
         ]
         if c is not None:
-            cells += _comparison_cells(c)
+            cells.append(_noise_cell(c))
         else:
             cal = r.calibration
-            cells += ["", "", "", "", "" if cal is None else f"A/A {cal.discordant}/{cal.n} flips"]
+            cells.append("" if cal is None else f"A/A {cal.discordant}/{cal.n} flips")
         verdict = e(r.status.value) + (f": {e(r.note)}" if r.note else "")
         cells.append(f'<span class="status" style="color:{COLORS[r.status]}">{verdict}</span>')
         out.append(
@@ -277,20 +282,11 @@ def _column_class(index: int, count: int) -> str:
     return "num" if 3 <= index <= 8 else "text"
 
 
-def _comparison_cells(c: ConfigComparison) -> list[str]:
-    p = c.p_regression if c.difference <= 0 else c.p_improvement
-    noise = ""
-    if c.noise is not None:
-        ratio = c.noise.discordance_ratio
-        noise = "A/A: 0 flips" if ratio is None else f"{ratio:.1f}x"
-    return [
-        f"{points(c.difference)} [{points(c.difference_interval.low)}, "
-        f"{points(c.difference_interval.high)}]",
-        f"{c.table.right_to_wrong} / {c.table.wrong_to_right}",
-        f"{p:.3g}",
-        "n/a" if c.mde is None else f"{100 * c.mde:.2f}",
-        noise,
-    ]
+def _noise_cell(c: ConfigComparison) -> str:
+    if c.noise is None:
+        return ""
+    ratio = c.noise.discordance_ratio
+    return "A/A: 0 flips" if ratio is None else f"{ratio:.1f}x"
 
 
 def _flip_lists(report: StoreReport) -> str:
@@ -438,41 +434,11 @@ def _lm_eval_rows(section: LmEvalSection) -> str:
     for r in section.rows:
         cls = "failed" if r.status.failed else r.status.name.lower()
         rows.append((cls, _lm_eval_cells(r)))
-    return _table(
-        "lm-eval-results",
-        [
-            "config",
-            "task",
-            "metric,filter",
-            "humming-kernels",
-            "session",
-            "accuracy % (95% CI)",
-            "Δ vs baseline (95% CI)",
-            "b / c",
-            "mid-p",
-            "MDE",
-            "backstop",
-            "verdict",
-        ],
-        rows,
-    )
+    return _table("lm-eval-results", list(LM_EVAL_COLUMNS), rows)
 
 
 def _lm_eval_cells(r: LmEvalRow) -> list[str]:
-    score = "" if r.score is None else (
-        f"{pct(r.score.accuracy)} [{pct(r.score.interval.low)}, {pct(r.score.interval.high)}]"
-    )
-    m = r.comparison
-    compared = ["", "", "", ""]
-    if m is not None:
-        p = m.p_regression if m.difference <= 0 else m.p_improvement
-        compared = [
-            f"{points(m.difference)} [{points(m.difference_interval.low)}, "
-            f"{points(m.difference_interval.high)}]",
-            f"{m.table.right_to_wrong} / {m.table.wrong_to_right}",
-            f"{p:.3g}",
-            "n/a" if m.mde is None else f"{100 * m.mde:.2f}",
-        ]
+    score = "" if r.score is None else accuracy_cell(r.score.accuracy, r.score.interval)
     verdict = e(r.status.value) + (f": {e(r.note)}" if r.note else "")
     return [
         e(r.config),
@@ -481,7 +447,7 @@ def _lm_eval_cells(r: LmEvalRow) -> list[str]:
         e(r.cell.humming or "?"),
         e(r.session),
         score,
-        *compared,
+        *paired_cells(r.comparison),
         e(r.backstop),
         f'<span class="status" style="color:{COLORS[r.status]}">{verdict}</span>',
     ]

@@ -12,9 +12,15 @@ from humming_matrix.compare import (
     ConfigComparison,
     Flip,
     NoiseFloor,
-    points,
 )
-from humming_matrix.report_rows import RowStatus
+from humming_matrix.report_rows import (
+    LM_EVAL_COLUMNS,
+    PAIRED_COLUMNS,
+    RowStatus,
+    accuracy_cell,
+    paired_cells,
+    pct,
+)
 
 if TYPE_CHECKING:
     # Types only: `compare_lm_eval` imports the helpers below, and the report model imports it.
@@ -60,14 +66,6 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
 
 def plural(count: float, noun: str) -> str:
     return f"{count:g} {noun}" + ("" if count == 1 else "s")
-
-
-def pct(fraction: float) -> str:
-    return f"{100 * fraction:.2f}"
-
-
-def _mde(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.2f}"
 
 
 def _noise_text(noise: NoiseFloor | None) -> str:
@@ -160,22 +158,15 @@ def comparison_markdown(comparison: Comparison) -> str:
 
 
 def _compare_row(c: ConfigComparison) -> list[object]:
-    p = c.p_regression if c.difference <= 0 else c.p_improvement
     gate = (
         f"{'pass' if c.candidate.passed_threshold else 'FAIL'} "
         f"({c.candidate.threshold:g} - {c.candidate.tolerance:g})"
     )
     return [
         c.config,
-        f"{pct(c.baseline.accuracy)} [{pct(c.baseline.interval.low)}, "
-        f"{pct(c.baseline.interval.high)}]",
-        f"{pct(c.candidate.accuracy)} [{pct(c.candidate.interval.low)}, "
-        f"{pct(c.candidate.interval.high)}]",
-        f"{points(c.difference)} [{points(c.difference_interval.low)}, "
-        f"{points(c.difference_interval.high)}]",
-        f"{c.table.right_to_wrong} / {c.table.wrong_to_right}",
-        f"{p:.3g}",
-        _mde(c.mde),
+        accuracy_cell(c.baseline.accuracy, c.baseline.interval),
+        accuracy_cell(c.candidate.accuracy, c.candidate.interval),
+        *paired_cells(c),
         gate,
         c.verdict.value,
     ]
@@ -186,33 +177,22 @@ def _compare_row(c: ConfigComparison) -> list[object]:
 
 def _row_cells(row: Row) -> list[object]:
     c = row.comparison
-    delta = mid_p = flips = mde = noise = ""
+    noise = ""
     if c is not None:
-        delta = (
-            f"{points(c.difference)} [{points(c.difference_interval.low)}, "
-            f"{points(c.difference_interval.high)}]"
-        )
-        mid_p = f"{(c.p_regression if c.difference <= 0 else c.p_improvement):.3g}"
-        flips = f"{c.table.right_to_wrong} / {c.table.wrong_to_right}"
-        mde = _mde(c.mde)
         if c.noise is not None:
             ratio = c.noise.discordance_ratio
             noise = "A/A 0 flips" if ratio is None else f"{ratio:.1f}x A/A"
     elif row.calibration is not None:
         cal = row.calibration
         noise = f"A/A {cal.discordant}/{cal.n} flips"
-    accuracy = f"{pct(row.accuracy)} [{pct(row.interval.low)}, {pct(row.interval.high)}]"
     verdict = row.status.value + (f": {row.note}" if row.note else "")
     return [
         ICONS[row.status],
         row.config,
         row.cell.humming or "?",
         row.session,
-        accuracy,
-        delta,
-        flips,
-        mid_p,
-        mde,
+        accuracy_cell(row.accuracy, row.interval),
+        *paired_cells(c),
         noise,
         verdict,
     ]
@@ -242,10 +222,7 @@ def _main_table(rows: Sequence[Row]) -> list[str]:
             "humming-kernels",
             "session",
             "accuracy % (95% CI)",
-            "Δ vs baseline (95% CI)",
-            "b / c",
-            "mid-p",
-            "MDE",
+            *PAIRED_COLUMNS,
             "noise",
             "verdict",
         ],
@@ -426,19 +403,7 @@ def _lm_eval_summary(section: LmEvalSection) -> list[str]:
 
 
 def _lm_eval_cells(row: LmEvalRow) -> list[object]:
-    m = row.comparison
-    accuracy = delta = flips = mid_p = mde = ""
-    if row.score is not None:
-        s = row.score
-        accuracy = f"{pct(s.accuracy)} [{pct(s.interval.low)}, {pct(s.interval.high)}]"
-    if m is not None:
-        delta = (
-            f"{points(m.difference)} [{points(m.difference_interval.low)}, "
-            f"{points(m.difference_interval.high)}]"
-        )
-        flips = f"{m.table.right_to_wrong} / {m.table.wrong_to_right}"
-        mid_p = f"{(m.p_regression if m.difference <= 0 else m.p_improvement):.3g}"
-        mde = _mde(m.mde)
+    accuracy = "" if row.score is None else accuracy_cell(row.score.accuracy, row.score.interval)
     verdict = row.status.value + (f": {row.note}" if row.note else "")
     return [
         ICONS[row.status],
@@ -448,34 +413,14 @@ def _lm_eval_cells(row: LmEvalRow) -> list[object]:
         row.cell.humming or "?",
         row.session,
         accuracy,
-        delta,
-        flips,
-        mid_p,
-        mde,
+        *paired_cells(row.comparison),
         row.backstop,
         verdict,
     ]
 
 
 def _lm_eval_table(rows: Sequence[LmEvalRow]) -> list[str]:
-    return table(
-        [
-            "",
-            "config",
-            "task",
-            "metric,filter",
-            "humming-kernels",
-            "session",
-            "accuracy % (95% CI)",
-            "Δ vs baseline (95% CI)",
-            "b / c",
-            "mid-p",
-            "MDE",
-            "backstop",
-            "verdict",
-        ],
-        [_lm_eval_cells(r) for r in rows],
-    )
+    return table(["", *LM_EVAL_COLUMNS], [_lm_eval_cells(r) for r in rows])
 
 
 def _lm_eval_details(section: LmEvalSection) -> list[str]:

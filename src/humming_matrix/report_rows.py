@@ -9,11 +9,60 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
+from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from humming_matrix.compare import Cell
+from humming_matrix.compare import Cell, points
 from humming_matrix.errors import UsageError
+from humming_matrix.stats import Interval, PairedTable
+
+# The paired-comparison columns every table shows, in the order `paired_cells` fills them.
+PAIRED_COLUMNS = ("Δ vs baseline (95% CI)", "b / c", "mid-p", "MDE")
+LM_EVAL_COLUMNS = (
+    "config", "task", "metric,filter", "humming-kernels", "session", "accuracy % (95% CI)",
+    *PAIRED_COLUMNS, "backstop", "verdict",
+)
+
+
+class Paired(Protocol):
+    """What a GSM8K config comparison and an lm-eval metric comparison both offer."""
+
+    @property
+    def difference(self) -> float: ...
+    @property
+    def difference_interval(self) -> Interval: ...
+    @property
+    def table(self) -> PairedTable: ...
+    @property
+    def p_regression(self) -> float: ...
+    @property
+    def p_improvement(self) -> float: ...
+    @property
+    def mde(self) -> float | None: ...
+
+
+def pct(fraction: float) -> str:
+    return f"{100 * fraction:.2f}"
+
+
+def accuracy_cell(accuracy: float, interval: Interval) -> str:
+    return f"{pct(accuracy)} [{pct(interval.low)}, {pct(interval.high)}]"
+
+
+def paired_cells(c: Paired | None) -> list[str]:
+    """The PAIRED_COLUMNS of one comparison as plain text; blanks where there is none. The mid-p
+    shown is the one-sided p in the direction the difference went."""
+    if c is None:
+        return ["", "", "", ""]
+    p = c.p_regression if c.difference <= 0 else c.p_improvement
+    return [
+        f"{points(c.difference)} [{points(c.difference_interval.low)}, "
+        f"{points(c.difference_interval.high)}]",
+        f"{c.table.right_to_wrong} / {c.table.wrong_to_right}",
+        f"{p:.3g}",
+        "n/a" if c.mde is None else f"{100 * c.mde:.2f}",
+    ]
 
 
 class RowStatus(Enum):
