@@ -194,15 +194,7 @@ def verify_humming(record: InstallRecord, cell: Cell, path: Path) -> InstallReco
         f"session {cell.session} expects humming-kernels {expected}, but the environment has "
         f"{found}; refusing to run (install record: {path})"
     )
-    write_record(
-        path,
-        replace(
-            record,
-            outcome=Outcome.VERSION_MISMATCH,
-            message=message,
-            exit_code=int(UntestableError.exit_code),
-        ),
-    )
+    write_outcome(path, record, Outcome.VERSION_MISMATCH, UntestableError.exit_code, message)
     raise UntestableError(message)
 
 
@@ -285,6 +277,16 @@ def read_record(path: Path) -> InstallRecord:
     if not isinstance(data, dict):
         raise RecordError(path, None, "not an install record (expected a JSON object)")
     return InstallRecord.from_dict(data, path)
+
+
+def write_outcome(
+    path: Path, record: InstallRecord, outcome: Outcome, exit_code: int, message: str | None = None
+) -> None:
+    """End the record with the session's outcome and exit code (CI reads the code there)."""
+    fields: dict[str, Any] = {"outcome": outcome, "exit_code": int(exit_code)}
+    if message is not None:
+        fields["message"] = message
+    write_record(path, replace(record, **fields))
 
 
 def write_record(path: Path, record: InstallRecord) -> None:

@@ -183,15 +183,7 @@ def execute(
         if path.is_file():
             record = installation.read_record(path)
             if record.exit_code is None:
-                installation.write_record(
-                    path,
-                    replace(
-                        record,
-                        outcome=Outcome.ERROR,
-                        message=str(exc),
-                        exit_code=int(exc.exit_code),
-                    ),
-                )
+                installation.write_outcome(path, record, Outcome.ERROR, exc.exit_code, str(exc))
         raise
 
 
@@ -204,14 +196,8 @@ def _pipeline(
             f"{cell.session}: installing the cell failed (the installer's error is above); "
             f"untestable (install record: {path})"
         )
-        installation.write_record(
-            path,
-            replace(
-                record,
-                outcome=Outcome.INSTALL_FAILED,
-                message=message,
-                exit_code=int(ExitCode.UNTESTABLE),
-            ),
+        installation.write_outcome(
+            path, record, Outcome.INSTALL_FAILED, ExitCode.UNTESTABLE, message
         )
         raise UntestableError(message)
     installation.write_record(path, record)
@@ -233,7 +219,7 @@ def _pipeline(
         record = record.advance(Stage.RUN)
         installation.write_record(path, record)
         code = command(["kernels", *run_args])
-        installation.write_record(path, replace(record, outcome=Outcome.RAN, exit_code=code))
+        installation.write_outcome(path, record, Outcome.RAN, code)
         return code
 
     full_args = _run_arguments(run_args, args.results, args.default_config_list)
@@ -245,14 +231,8 @@ def _pipeline(
         record = record.advance(Stage.PREFLIGHT, preflight=report.to_dict())
         if not report.passed:
             message = f"{cell.session}: preflight failed, untestable: {report.reason()}"
-            installation.write_record(
-                path,
-                replace(
-                    record,
-                    outcome=Outcome.PREFLIGHT_FAILED,
-                    message=message,
-                    exit_code=int(ExitCode.UNTESTABLE),
-                ),
+            installation.write_outcome(
+                path, record, Outcome.PREFLIGHT_FAILED, ExitCode.UNTESTABLE, message
             )
             raise UntestableError(message)
     else:
@@ -262,9 +242,7 @@ def _pipeline(
 
     if environ.get(PREFLIGHT_ONLY_ENV) == "1" and cell.recipe.preflight:
         message = f"{cell.session}: preflight passed; GSM8K stage not run ({PREFLIGHT_ONLY_ENV}=1)"
-        installation.write_record(
-            path, replace(record, outcome=Outcome.PREFLIGHT_ONLY, message=message, exit_code=0)
-        )
+        installation.write_outcome(path, record, Outcome.PREFLIGHT_ONLY, 0, message)
         print(message, flush=True)
         return int(ExitCode.OK)
 
@@ -276,14 +254,8 @@ def _pipeline(
             f"{cell.session}: needs {needed} CUDA GPU(s), {len(seen)} visible; "
             f"{ran}, the GSM8K stage did not"
         )
-        installation.write_record(
-            path,
-            replace(
-                record,
-                outcome=Outcome.PREFLIGHT_ONLY,
-                message=message,
-                exit_code=int(ExitCode.INFRASTRUCTURE),
-            ),
+        installation.write_outcome(
+            path, record, Outcome.PREFLIGHT_ONLY, ExitCode.INFRASTRUCTURE, message
         )
         hint = f" (set {PREFLIGHT_ONLY_ENV}=1 for a preflight-only run)"
         raise NoGPUError(message + (hint if cell.recipe.preflight else ""))
@@ -292,7 +264,7 @@ def _pipeline(
     installation.write_record(path, record)
     with seams.gpu_lease(cell.session, needed):
         code = command(["run", *full_args])
-    installation.write_record(path, replace(record, outcome=Outcome.RAN, exit_code=code))
+    installation.write_outcome(path, record, Outcome.RAN, code)
     return code
 
 
