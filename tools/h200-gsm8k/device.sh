@@ -8,7 +8,8 @@
 #   device.sh model              convert SmolLM2-135M to bf16 under $H/models
 #   device.sh run VERSION [N]    one release: `humming-matrix session humming-VERSION`, under
 #                                `timeout`, nvidia-smi sampled beside the record; with N, only
-#                                N questions, into $H/scratch (never collected as a result)
+#                                N questions, into $H/scratch (never collected as a result);
+#                                exits with the session's code, or 75: not started (CALL_DEADLINE)
 #   device.sh collect            tar everything so far into $OUT (run does this itself)
 #   device.sh check [VERSION]    imports and versions, to diagnose an install
 set -uo pipefail
@@ -103,7 +104,9 @@ cmd_install() {
     du -sh "$H/site" "$H/hk"
     ts "installed"
   } 2>&1 | tee "$log"
-  return "${PIPESTATUS[0]}"
+  local rc=${PIPESTATUS[0]}
+  collect >/dev/null
+  return "$rc"
 }
 
 cmd_model() {
@@ -127,7 +130,9 @@ cmd_model() {
       ts "model.safetensors sha256 $got: NOT the CPU conversion's $MODEL_SHA256 (another transformers?)"
     fi
   } 2>&1 | tee "$log"
-  return "${PIPESTATUS[0]}"
+  local rc=${PIPESTATUS[0]}
+  collect >/dev/null
+  return "$rc"
 }
 
 cmd_run() {
