@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -37,7 +38,9 @@ RESULTS = REPO / "results" / "local"
 DEFAULT_CONFIG_LIST = REPO / CHECKOUT_CONFIG_LIST
 
 
-def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> None:
+def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> list[str]:
+    """Install the cell; returns the session options that say how long it took."""
+    started = time.monotonic()
     session.install(str(REPO))
     options = list(cell.install_options())
     overrides = cell.overrides()
@@ -51,8 +54,13 @@ def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool)
     except nox.command.CommandFailed:
         # A cell that cannot be installed is untestable (125), which a bisect skips; say so in
         # the install record rather than only in nox's log.
-        _run_session(session, name, ["--install-failed"])
+        _run_session(session, name, ["--install-failed", *_took(started)])
         raise
+    return _took(started)
+
+
+def _took(started: float) -> list[str]:
+    return ["--install-seconds", f"{time.monotonic() - started:.3f}"]
 
 
 def _run_session(
@@ -85,11 +93,11 @@ def _session_env(session: nox.Session, name: str) -> dict[str, str]:
 
 def _cell_session(cell: Cell) -> None:
     def run_cell(session: nox.Session) -> None:
-        _install_cell(session, cell, cell.session, kernels=False)
+        took = _install_cell(session, cell, cell.session, kernels=False)
         _run_session(
             session,
             cell.session,
-            ["--results", str(RESULTS), "--default-config-list", str(DEFAULT_CONFIG_LIST)],
+            [*took, "--results", str(RESULTS), "--default-config-list", str(DEFAULT_CONFIG_LIST)],
             session.posargs,
         )
 
@@ -99,11 +107,11 @@ def _cell_session(cell: Cell) -> None:
 
 def _kernels_session(cell: Cell) -> None:
     def run_kernels(session: nox.Session) -> None:
-        _install_cell(session, cell, cell.kernels_session, kernels=True)
+        took = _install_cell(session, cell, cell.kernels_session, kernels=True)
         args = list(session.posargs)
         if "--results" not in args:
             args += ["--results", str(RESULTS)]
-        _run_session(session, cell.kernels_session, ["--kernels"], args)
+        _run_session(session, cell.kernels_session, [*took, "--kernels"], args)
 
     run_kernels.__doc__ = cell.kernels_description
     nox.session(name=cell.kernels_session, python=cell.python, tags=["kernels"])(run_kernels)

@@ -131,6 +131,13 @@ def register(sub: Any) -> None:
         action="store_true",
         help="the installer failed (the noxfile says so): record it and exit 125",
     )
+    p.add_argument(
+        "--install-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="how long the noxfile's install step took (kept in the install record; result "
+        "records show it as timings.install)",
+    )
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for `run` after `--`")
     p.set_defaults(handler=main)
 
@@ -211,7 +218,8 @@ def execute(
 def _pipeline(
     args: argparse.Namespace, cell: Cell, path: Path, seams: Seams, environ: Mapping[str, str]
 ) -> int:
-    record = installation.capture(cell, packages=seams.packages())
+    record = replace(installation.capture(cell, packages=seams.packages()),
+                     install_seconds=args.install_seconds)
     if args.install_failed:
         message = (
             f"{cell.session}: installing the cell failed (the installer's error is above); "
