@@ -201,7 +201,8 @@ def test_sessions_get_isolated_environments(two_cells: NoxRun) -> None:
     # The noxfile timed its install step; the result record carries it beside the run's own.
     for humming, result in _by_humming(two_cells).items():
         install = result["environment"]["install"]["install_seconds"]
-        assert isinstance(install, float) and install > 0, humming
+        assert isinstance(install, float), humming
+        assert install > 0, humming
         assert result["timings"]["install"] == round(install, 3)
         assert result["timings"]["asking"] == round(result["metrics"]["duration"], 3)
         assert result["timings"]["startup"] == result["startup"]["seconds"]
