@@ -24,11 +24,12 @@ from typing import IO, Any
 from humming_matrix.bisection import Bisection, Outcome, Verdict, search
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.matrix import Matrix
-from humming_matrix.paired_judge import Judgement
+from humming_matrix.paired_judge import Judgement, judge_failed_start, stack
 from humming_matrix.probe import Prober, ProbeResult, ProbeStatus, Tier
 from humming_matrix.results import utc_now_iso
 
 LOG_SCHEMA = 1
+STARTED = (ProbeStatus.RAN, ProbeStatus.REUSED)
 
 
 # (baseline records, candidate records) -> judgement; records are config name -> path.
@@ -221,13 +222,28 @@ class Driver:
 
     def _baseline(self) -> Mapping[str, Path] | None:
         entry = self.entries.get(self.plan.good)
-        if entry is None or entry.status is ProbeStatus.UNTESTABLE:
+        if entry is None or entry.status not in STARTED:
             return None
         return {name: Path(p) for name, p in entry.records.items()}
 
+    def _started_neighbour(self, version: str) -> str | None:
+        """The nearest release probed so far whose server started in the same environment."""
+        here = stack(self.matrix.cell_for(version, self.plan.variant))
+        position = self.plan.versions.index(version)
+        started = [
+            v for v, e in self.entries.items()
+            if e.status in STARTED
+            and stack(self.matrix.cell_for(v, self.plan.variant)) == here
+        ]
+        return min(started, key=lambda v: abs(self.plan.versions.index(v) - position),
+                   default=None)
+
     def _entry(self, result: ProbeResult) -> ProbeEntry:
         records = {name: str(p) for name, p in result.records.items()}
-        if not result.testable:
+        if result.status is ProbeStatus.START_FAILED:
+            cell = self.matrix.cell_for(result.version, self.plan.variant)
+            judgement = judge_failed_start(result, cell, self._started_neighbour(result.version))
+        elif not result.testable:
             judgement = Judgement(Verdict.SKIP, f"untestable: {result.reason}")
         elif result.version == self.plan.good:
             judgement = self.judge_self(result.records)
@@ -254,8 +270,10 @@ class Driver:
             # Endpoints not verified: the good version still provides the baseline.
             cells.insert(0, self.matrix.cell_for(self.plan.good, self.plan.variant))
         results = self.prober.probe_many(cells)
-        # The good version first: every other probe is judged against it.
-        results.sort(key=lambda r: r.version != self.plan.good)
+        # The good version first: every other probe is judged against it; failed starts last,
+        # so a neighbour that started in this round counts for them.
+        results.sort(key=lambda r: (r.version != self.plan.good,
+                                    r.status is ProbeStatus.START_FAILED))
         verdicts: dict[str, Verdict] = {}
         for result in results:
             if result.version != self.plan.good and self._baseline() is None:
@@ -270,6 +288,7 @@ class Driver:
                 ProbeStatus.REUSED: "stored records",
                 ProbeStatus.RAN: "ran",
                 ProbeStatus.UNTESTABLE: "could not run",
+                ProbeStatus.START_FAILED: "server never ready",
             }[result.status]
             self.say(f"bisect: {entry.version}: {entry.verdict.value} ({how}) - {entry.reason}")
         return {v: verdicts[v] for v in versions}

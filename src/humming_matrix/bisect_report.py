@@ -90,6 +90,7 @@ def markdown(result: BisectResult, plan: Plan, changes_url: str) -> str:
             ProbeStatus.REUSED: "stored",
             ProbeStatus.RAN: "ran",
             ProbeStatus.UNTESTABLE: "untestable",
+            ProbeStatus.START_FAILED: "server never ready",
         }[entry.status]
         if version in result.resumed:
             source += " (log)"

@@ -393,6 +393,13 @@ def decide(table: PairedTable, settings: Settings) -> Verdict:
 def _check_pairable(baseline: LoadedRecord, candidate: LoadedRecord) -> None:
     base, cand = baseline.record, candidate.record
     for side in (baseline, candidate):
+        if side.record.start_failed:
+            raise RecordError(
+                side.path,
+                "startup",
+                f"the server of config {side.record.config.name} never became ready "
+                f"({side.record.startup_summary()}): no answers to compare",
+            )
         if not side.record.complete:
             raise RecordError(
                 side.path,

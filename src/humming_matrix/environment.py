@@ -70,6 +70,29 @@ def gpus(run: Runner = _run) -> list[dict[str, str]]:
     return rows
 
 
+def gpu_activity(run: Runner = _run) -> list[dict[str, Any]] | None:
+    """What each GPU is doing now (utilisation %, memory used MiB); None where nvidia-smi does
+    not answer."""
+    out = run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
+               "--format=csv,noheader,nounits"])
+    if out is None:
+        return None
+    rows: list[dict[str, Any]] = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3:
+            rows.append({"index": parts[0], "utilization_percent": _number(parts[1]),
+                         "memory_used_mib": _number(parts[2])})
+    return rows
+
+
+def _number(text: str) -> int | None:
+    try:
+        return int(float(text))
+    except ValueError:
+        return None  # "[N/A]" on some boards
+
+
 def _install_record(environ: Mapping[str, str]) -> Any:
     path = environ.get(ENV_INSTALL_RECORD)
     if not path:

@@ -12,7 +12,8 @@ at one boundary (`humming_matrix.cli.main`); nothing below it prints or exits.
     |   +-- RequirementsError        a requirements file
     +-- DataError                    GSM8K data missing or corrupt (2)
     +-- InfrastructureError          the run could not be carried out (3)
-    |   +-- ServerError              `vllm serve` never became ready, or died
+    |   +-- ServerError              `vllm serve` died while serving
+    |   |   +-- ServerStartError     ... or never became ready (carries the start-up report)
     |   +-- RequestError             too many failed requests
     |   +-- NoGPUError               the command needs a CUDA GPU
     +-- UntestableError              this version cannot be tested at all (125)
@@ -22,6 +23,10 @@ from __future__ import annotations
 
 from enum import IntEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from humming_matrix.server import StartupReport
 
 
 class ExitCode(IntEnum):
@@ -88,6 +93,15 @@ class ServerError(InfrastructureError):
     def __init__(self, message: str, log_tail: str = "") -> None:
         self.log_tail = log_tail
         super().__init__(message)
+
+
+class ServerStartError(ServerError):
+    """The server exited or timed out before it was ready. `report` says how far it got: a
+    result record keeps it, and a bisect may judge a release by it."""
+
+    def __init__(self, message: str, log_tail: str, report: StartupReport) -> None:
+        self.report = report
+        super().__init__(message, log_tail)
 
 
 class RequestError(InfrastructureError):

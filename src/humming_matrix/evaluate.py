@@ -16,11 +16,13 @@ from humming_matrix.results import (
     Gsm8kRecord,
     Metrics,
     QuestionOutcome,
+    Timings,
     new_run_id,
     utc_now_iso,
 )
 
 NOT_ASKED = "not asked: the run stopped first"
+NOT_STARTED = "not asked: the server never became ready"
 
 
 def score(prompt: Prompt, completion: Completion) -> QuestionOutcome:
@@ -75,6 +77,10 @@ class Evaluation:
         self.clock = clock
         self.run_id = new_run_id()
         self.outcomes: dict[int, QuestionOutcome] = {}
+        # How this run's server start went (None: no server launched, e.g. --endpoint).
+        self.startup: Mapping[str, Any] | None = None
+        self.startup_seconds: float | None = None
+        self._unasked = NOT_ASKED
         self._prior_duration = 0.0
         if previous is not None:
             self._prior_duration = previous.metrics.duration
@@ -102,6 +108,21 @@ class Evaluation:
         finally:
             progress.finish()
 
+    def server_ready(self, seconds: float, report: Mapping[str, Any]) -> None:
+        self.startup_seconds = seconds
+        self.startup = report
+
+    def server_failed(self, seconds: float, report: Mapping[str, Any]) -> None:
+        """The server never became ready: the record says how far it got, and every question
+        not answered before says why it was not asked."""
+        self.server_ready(seconds, report)
+        self._unasked = NOT_STARTED
+
+    def _install_seconds(self) -> float | None:
+        install = self.environment.get("install")
+        value = install.get("install_seconds") if isinstance(install, Mapping) else None
+        return float(value) if isinstance(value, (int, float)) else None
+
     def _elapsed(self) -> float:
         return 0.0 if self._started is None else self.clock() - self._started
 
@@ -112,7 +133,7 @@ class Evaluation:
     def record(self, complete: bool) -> Gsm8kRecord:
         questions = tuple(
             self.outcomes.get(p.index)
-            or QuestionOutcome(p.index, False, None, p.label, NOT_ASKED, "")
+            or QuestionOutcome(p.index, False, None, p.label, self._unasked, "")
             for p in self.prompts
         )
         n = len(questions)
@@ -120,6 +141,7 @@ class Evaluation:
         invalid = sum(1 for q in questions if q.error is None and q.prediction is None)
         errors = sum(1 for q in questions if q.error is not None)
         accuracy = correct / n if n else 0.0
+        asking = self._prior_duration + self._elapsed()
         return Gsm8kRecord(
             run_id=self.run_id,
             created=utc_now_iso(),
@@ -141,9 +163,11 @@ class Evaluation:
                 threshold=self.config.accuracy_threshold,
                 tolerance=self.config.tolerance,
                 passed=complete and passes(accuracy, self.config),
-                duration=self._prior_duration + self._elapsed(),
+                duration=asking,
             ),
             questions=questions,
+            timings=Timings(self._install_seconds(), self.startup_seconds, asking),
+            startup=self.startup,
         )
 
 

@@ -11,19 +11,18 @@ differs would confound the comparison, and the record names it.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from humming_matrix.atomic_files import replace_file
 from humming_matrix.distributions import canonical, installed_packages
 from humming_matrix.errors import RecordError, UntestableError
 from humming_matrix.matrix import Cell
@@ -78,6 +77,8 @@ class InstallRecord:
     preflight: Mapping[str, Any] | None = None
     single_variable: tuple[Mapping[str, Any], ...] = ()
     exit_code: int | None = None  # the session command's own exit code, once it is known
+    # Seconds the noxfile's install step took (None: not measured, e.g. outside nox).
+    install_seconds: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -102,6 +103,7 @@ class InstallRecord:
             "preflight": self.preflight,
             "single_variable": list(self.single_variable),
             "exit_code": self.exit_code,
+            "install_seconds": self.install_seconds,
             "humming_requirements": list(self.humming_requirements),
             "packages": dict(self.packages),
             **dict(self.extra),
@@ -126,6 +128,7 @@ class InstallRecord:
                 preflight=data.get("preflight"),
                 single_variable=tuple(data.get("single_variable", ())),
                 exit_code=data.get("exit_code"),
+                install_seconds=data.get("install_seconds"),
             )
         except KeyError as exc:
             raise RecordError(path, str(exc.args[0]), "missing from the install record") from None
@@ -276,13 +279,9 @@ def write_outcome(
 
 def write_record(path: Path, record: InstallRecord) -> None:
     """Atomic replace: `run` may read the record while a later stage rewrites it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record.to_dict(), fh, indent=2, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def dump(fh: IO[str]) -> None:
+        json.dump(record.to_dict(), fh, indent=2, sort_keys=False)
+        fh.write("\n")
+
+    replace_file(path, dump)

@@ -24,8 +24,10 @@ from humming_matrix.compare import (
 from humming_matrix.errors import RecordError
 from humming_matrix.kernels.judge import CaseState, CaseVerdict, compare_kernel_records
 from humming_matrix.kernels.record import load_kernel_record, overall_state
-from humming_matrix.probe import KERNELS_RECORD
+from humming_matrix.matrix import Cell
+from humming_matrix.probe import KERNELS_RECORD, ProbeResult
 from humming_matrix.results import load_gsm8k_record
+from humming_matrix.server_log import StartupPhase
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,51 @@ class PairedJudge:
             for name, r in sorted(loaded.items())
         )
         return Judgement(Verdict.GOOD, f"baseline, {summary}")
+
+
+def stack(cell: Cell) -> tuple[str | None, str | None, str]:
+    """What must match for two releases to share an environment: vLLM, torch, CUDA variant."""
+    vllm = None if cell.vllm is None else str(cell.vllm)
+    torch = None if cell.torch is None else str(cell.torch)
+    return (vllm, torch, cell.variant.name)
+
+
+def describe_stack(cell: Cell) -> str:
+    vllm, torch, variant = stack(cell)
+    return ", ".join(p for p in (f"vLLM {vllm}" if vllm else "", f"torch {torch}" if torch else "",
+                                 variant) if p)
+
+
+def judge_failed_start(failed: ProbeResult, cell: Cell, neighbour: str | None) -> Judgement:
+    """A release whose server never became ready (docs/bisect.md, "A server that never
+    starts"): bad when the server got past loading the weights, so humming's code was running,
+    and `neighbour`, another release in the same environment (same vLLM, torch and CUDA
+    variant, same machine), started; untestable otherwise, as a failed install is."""
+    phases = {name: load_gsm8k_record(path).startup_phase for name, path in failed.records.items()}
+    evidence = {name: {"record": str(failed.records[name]), "startup_phase": phase}
+                for name, phase in sorted(phases.items())}
+    early = sorted(name for name, phase in phases.items() if phase == StartupPhase.LAUNCHED.value)
+    if early:
+        return Judgement(
+            Verdict.SKIP,
+            f"untestable: {failed.reason} (it failed before loading the weights, so before "
+            "any humming kernel ran)",
+            evidence,
+        )
+    if neighbour is None:
+        return Judgement(
+            Verdict.SKIP,
+            f"untestable: {failed.reason} (no other release of the same environment, "
+            f"{describe_stack(cell)}, has started here to tell a bad release from a bad "
+            "machine)",
+            evidence,
+        )
+    return Judgement(
+        Verdict.BAD,
+        f"{failed.reason}; humming-kernels {neighbour} started in the same environment "
+        f"({describe_stack(cell)})",
+        evidence,
+    )
 
 
 def _kernel_line(v: CaseVerdict) -> str:

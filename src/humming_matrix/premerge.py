@@ -18,13 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
+from humming_matrix.bisection import Verdict
 from humming_matrix.errors import InfrastructureError, RequirementsError, UsageError
 from humming_matrix.matrix import Cell, Matrix
-from humming_matrix.paired_judge import Judgement, PairedJudge
-from humming_matrix.probe import Prober, ProbeResult, ProbeStatus
+from humming_matrix.paired_judge import Judgement, PairedJudge, judge_failed_start, stack
+from humming_matrix.probe import ProbeResult, ProbeStatus
 from humming_matrix.requirements_file import Pin, parse_requirements
 
 GUARDED = ("humming-kernels", "torch", "vllm")
@@ -190,11 +192,24 @@ class GateResult:
     judgement: Judgement | None = None
 
 
+class ProbesCells(Protocol):
+    """What the gate needs of a prober (`probe.Prober`)."""
+
+    def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]: ...
+
+
 def run_gate(
-    cells: Cells, prober: Prober, judge: PairedJudge
+    cells: Cells, prober: ProbesCells, judge: PairedJudge
 ) -> tuple[ProbeResult, ProbeResult, Judgement]:
-    """Probe the old cell (usually a stored baseline) and the new one, and judge them."""
+    """Probe the old cell (usually a stored baseline) and the new one, and judge them. A new pin
+    whose server never becomes ready where the old one started in the same environment is bad
+    (the bisect's rule, `judge_failed_start`)."""
     old_probe, new_probe = prober.probe_many([cells.old, cells.new])
+    if new_probe.status is ProbeStatus.START_FAILED and old_probe.testable:
+        neighbour = str(cells.old.humming) if stack(cells.old) == stack(cells.new) else None
+        judgement = judge_failed_start(new_probe, cells.new, neighbour)
+        if judgement.verdict is Verdict.BAD:
+            return old_probe, new_probe, judgement
     for label, probe, cell in (("old", old_probe, cells.old), ("new", new_probe, cells.new)):
         if not probe.testable:
             raise InfrastructureError(

@@ -55,6 +55,9 @@ class ProbeStatus(str, Enum):
     RAN = "ran"
     REUSED = "reused"  # every record came from the store; nothing ran
     UNTESTABLE = "untestable"
+    # The session ran, and the server of a config never became ready: `records` holds the
+    # records of that failed start. Bad or untestable depends on its neighbours (the judge).
+    START_FAILED = "start_failed"
 
 
 class Tier(str, Enum):
@@ -95,7 +98,8 @@ class ProbeResult:
 
     @property
     def testable(self) -> bool:
-        return self.status is not ProbeStatus.UNTESTABLE
+        """It has answers to judge."""
+        return self.status in (ProbeStatus.RAN, ProbeStatus.REUSED)
 
 
 class SessionRunner(Protocol):
@@ -260,6 +264,33 @@ class Prober:
             return None
         return {name: path for name, (_, path) in best.items()}
 
+    def _record_paths(self, cell: Cell) -> list[Path]:
+        if self.suite.tier is Tier.KERNELS or not self.suite.store.is_dir():
+            return []
+        return [
+            path
+            for config in self.suite.configs
+            for path in self.suite.store.rglob(
+                record_filename(RecordKind.GSM8K, config.name, str(cell.humming), "*")
+            )
+        ]
+
+    def _failed_starts(self, cell: Cell, before: set[Path]) -> dict[str, Path]:
+        """Records this session wrote of servers that never became ready, per config."""
+        out: dict[str, Path] = {}
+        configs = {c.name: c for c in self.suite.configs}
+        for path in sorted(set(self._record_paths(cell)) - before):
+            try:
+                record = load_gsm8k_record(path)
+            except RecordError:
+                continue
+            config = configs.get(record.config.name)
+            if (config is not None and record.start_failed
+                    and record.humming_version == str(cell.humming)
+                    and record.config.sha256 == config.sha256):
+                out.setdefault(config.name, path)
+        return out
+
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
         newest: tuple[str, Path] | None = None
         pattern = record_filename(RecordKind.KERNELS, KERNEL_RECORD_NAME, str(cell.humming), "*")
@@ -322,6 +353,7 @@ class Prober:
             posargs += ["--limit", str(self.suite.limit)]
         with self._lock:
             self.sessions_run.append(session)
+        before = set(self._record_paths(cell))
         try:
             code = self.runner(session, posargs, env, log)
         except ProbeTimeoutError as exc:
@@ -330,6 +362,14 @@ class Prober:
             )
         found = self.stored(cell)
         duration = self.clock() - start
+        failed = self._failed_starts(cell, before) if found is None else {}
+        if failed:
+            name, path = next(iter(failed.items()))
+            summary = load_gsm8k_record(path).startup_summary()
+            reason = f"the server of config {name} never became ready: {summary}"
+            return ProbeResult(
+                version, session, ProbeStatus.START_FAILED, failed, reason, log, duration
+            )
         if found is None:
             what = "a complete kernel record" if self.suite.tier is Tier.KERNELS else (
                 "a complete record of every config"

@@ -7,14 +7,13 @@ report_junit, report_html) draw from this model and compute nothing of their own
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from humming_matrix.atomic_files import replace_file
 from humming_matrix.compare import (
     Calibration,
     Cell,
@@ -38,6 +37,7 @@ __all__ = [
     "StoreReport",
     "build_report",
     "choose_baseline",
+    "seconds_cell",
     "session_name",
     "write_text",
 ]
@@ -69,6 +69,29 @@ class Row:
     @property
     def accuracy(self) -> float:
         return self.correct / self.n if self.n else 0.0
+
+    @property
+    def times(self) -> tuple[str, str, str]:
+        """Install, start-up and asking seconds of the newest run, as table cells (blank where
+        the record does not know: no nox session, a server already up, an older record)."""
+        t = self.record.record.timings
+        if t is None:
+            return ("", "", seconds_cell(self.record.record.metrics.duration))
+        return (seconds_cell(t.install), seconds_cell(t.startup), seconds_cell(t.asking))
+
+    @property
+    def server_state(self) -> str:
+        rec = self.record.record
+        if rec.startup is None:
+            return "already running" if rec.server.get("launched") is False else ""
+        if rec.start_failed:
+            return f"never ready (last phase: {str(rec.startup.get('phase')).replace('_', ' ')})"
+        return "ready"
+
+    def timing_cells(self) -> list[str]:
+        """The TIMING_COLUMNS of this row."""
+        return [self.config, self.cell.humming or "?", self.session, *self.times,
+                self.server_state]
 
 
 @dataclass(frozen=True)
@@ -189,6 +212,8 @@ def _row(
             note,
         )
 
+    if loaded.record.start_failed:
+        return row(RowStatus.START_FAILED, note=loaded.record.startup_summary())
     if not loaded.record.complete:
         return row(
             RowStatus.INCOMPLETE,
@@ -210,16 +235,11 @@ def _row(
     return row(status, comparison)
 
 
+def seconds_cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
 def write_text(path: Path, text: str) -> Path:
     """Replace `path` with `text` in one step, so a CI step that uploads the file never sees half a
     report (reports, unlike records, are meant to be overwritten)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+    return replace_file(path, lambda fh: fh.write(text))

@@ -21,15 +21,18 @@ from humming_matrix.report_markdown import ENV_KEYS, plural
 from humming_matrix.report_rows import (
     LM_EVAL_COLUMNS,
     PAIRED_COLUMNS,
+    TIMING_COLUMNS,
     accuracy_cell,
     paired_cells,
     pct,
+    version_key,
 )
 
 COLORS = {
     RowStatus.REGRESSION: "#c62828",
     RowStatus.BELOW_THRESHOLD: "#c62828",
     RowStatus.INCOMPLETE: "#6a1b9a",
+    RowStatus.START_FAILED: "#6a1b9a",
     RowStatus.NOT_COMPARED: "#6a1b9a",
     RowStatus.INCONCLUSIVE: "#ef6c00",
     RowStatus.IMPROVEMENT: "#2e7d32",
@@ -353,6 +356,13 @@ def _baselines(report: StoreReport) -> str:
     )
 
 
+def _timings(report: StoreReport) -> str:
+    rows = sorted(report.rows, key=lambda r: (r.config, version_key(r.cell)))
+    return _table(
+        "timings", list(TIMING_COLUMNS), [("", [e(c) for c in r.timing_cells()]) for r in rows]
+    )
+
+
 def _table(table_id: str, head: list[str], rows: list[tuple[str, list[str]]]) -> str:
     """A table of (row class, cell HTML) rows."""
     out = [
@@ -493,6 +503,8 @@ def _gsm8k_html(report: StoreReport) -> list[str]:
         _flip_lists(report),
         "<h2>Baseline runs</h2>",
         _baselines(report),
+        "<h2>Run times</h2>",
+        _timings(report),
         "<h2>Environments</h2>",
         _environments(report),
     ]

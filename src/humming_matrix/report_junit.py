@@ -19,7 +19,9 @@ from humming_matrix.report_kernels import KernelRow
 from humming_matrix.report_lm_eval import LmEvalRow
 
 FAILURES = (RowStatus.REGRESSION, RowStatus.BELOW_THRESHOLD)
-ERRORS = (RowStatus.INCOMPLETE, RowStatus.NOT_COMPARED)
+# A server that never became ready says something about the release only next to a neighbour
+# that started in the same environment (a bisect's judgement); alone it cannot be judged.
+ERRORS = (RowStatus.START_FAILED, RowStatus.INCOMPLETE, RowStatus.NOT_COMPARED)
 
 
 def _properties(row: Row) -> list[tuple[str, str]]:

@@ -16,10 +16,12 @@ from humming_matrix.compare import (
 from humming_matrix.report_rows import (
     LM_EVAL_COLUMNS,
     PAIRED_COLUMNS,
+    TIMING_COLUMNS,
     RowStatus,
     accuracy_cell,
     paired_cells,
     pct,
+    version_key,
 )
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ MAX_BYTES = 1024 * 1024
 ICONS = {
     RowStatus.REGRESSION: "❌",
     RowStatus.BELOW_THRESHOLD: "❌",
+    RowStatus.START_FAILED: "❌",
     RowStatus.INCOMPLETE: "❌",
     RowStatus.NOT_COMPARED: "❌",
     RowStatus.INCONCLUSIVE: "⚠️",
@@ -266,6 +269,11 @@ def _baselines(report: StoreReport) -> list[str]:
     ]
 
 
+def _timings(report: StoreReport) -> list[str]:
+    rows = sorted(report.rows, key=lambda r: (r.config, version_key(r.cell)))
+    return ["", "## Run times", "", *table(list(TIMING_COLUMNS), [r.timing_cells() for r in rows])]
+
+
 def _environments(report: StoreReport, with_packages: bool) -> list[str]:
     lines = ["", "## Environments", ""]
     lines += table(
@@ -458,7 +466,7 @@ def _compose(
         if details:
             lines += _details(report, flips)
         if cap is None:
-            lines += [*_baselines(report), *_environments(report, packages)]
+            lines += [*_baselines(report), *_timings(report), *_environments(report, packages)]
     if report.kernels is not None:
         lines += _kernel_section(report.kernels, details, cap)
     if report.lm_eval is not None:

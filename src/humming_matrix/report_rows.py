@@ -19,6 +19,10 @@ from humming_matrix.stats import Interval, PairedTable
 
 # The paired-comparison columns every table shows, in the order `paired_cells` fills them.
 PAIRED_COLUMNS = ("Δ vs baseline (95% CI)", "b / c", "mid-p", "MDE")
+# Where each run's time went (the report's run-times table; `Row.timing_cells` fills it).
+TIMING_COLUMNS = (
+    "config", "humming-kernels", "session", "install s", "start-up s", "asking s", "server",
+)
 LM_EVAL_COLUMNS = (
     "config", "task", "metric,filter", "humming-kernels", "session", "accuracy % (95% CI)",
     *PAIRED_COLUMNS, "backstop", "verdict",
@@ -70,6 +74,7 @@ class RowStatus(Enum):
 
     REGRESSION = "regression"
     BELOW_THRESHOLD = "below threshold"
+    START_FAILED = "server never ready"
     INCOMPLETE = "incomplete"
     NOT_COMPARED = "not compared"
     INCONCLUSIVE = "inconclusive"
@@ -84,6 +89,7 @@ class RowStatus(Enum):
         return self in (
             RowStatus.REGRESSION,
             RowStatus.BELOW_THRESHOLD,
+            RowStatus.START_FAILED,
             RowStatus.INCOMPLETE,
             RowStatus.NOT_COMPARED,
         )

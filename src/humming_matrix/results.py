@@ -9,17 +9,16 @@ no file is ever written twice.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from humming_matrix.atomic_files import create_file
 from humming_matrix.errors import RecordError
 
 SCHEMA_VERSION = 1
@@ -78,6 +77,28 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Timings:
+    """Where a run's time went, in seconds. `install`: the nox session's install step (None
+    outside a session); `startup`: launch to ready, or to the failure (None for `--endpoint`);
+    `asking`: the questions (what `metrics.duration` has always held)."""
+
+    install: float | None
+    startup: float | None
+    asking: float
+
+    def to_json(self) -> dict[str, float | None]:
+        return {
+            "install": _seconds(self.install),
+            "startup": _seconds(self.startup),
+            "asking": _seconds(self.asking),
+        }
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass(frozen=True)
 class ConfigInfo:
     name: str
     path: str
@@ -98,6 +119,11 @@ class Gsm8kRecord:
     questions: tuple[QuestionOutcome, ...]
     server: Mapping[str, Any] = field(default_factory=dict)
     resumed_from: str | None = None
+    # Absent from records written before they existed (None then).
+    timings: Timings | None = None
+    # How the server's start-up went (`StartupReport.to_json`); None for `--endpoint` runs and
+    # older records. A start-up that failed leaves a record with no answers and this set.
+    startup: Mapping[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
     kind: RecordKind = RecordKind.GSM8K
 
@@ -105,6 +131,32 @@ class Gsm8kRecord:
     def humming_version(self) -> str | None:
         value = self.environment.get("humming_kernels")
         return str(value) if value is not None else None
+
+    @property
+    def start_failed(self) -> bool:
+        """The server never became ready: nothing was asked."""
+        return self.startup is not None and self.startup.get("status") == "failed"
+
+    @property
+    def startup_phase(self) -> str | None:
+        """The last start-up phase the server's log showed (`server_log.StartupPhase` values)."""
+        return None if self.startup is None else str(self.startup.get("phase"))
+
+    def startup_summary(self) -> str:
+        """One line on a start-up that failed: how far it got, how long it tried, what the GPU
+        was doing, and why."""
+        startup = self.startup or {}
+        phase = str(startup.get("phase", "?")).replace("_", " ")
+        seconds = startup.get("seconds")
+        took = f" after {seconds:.0f} s" if isinstance(seconds, (int, float)) else ""
+        busy = ", ".join(
+            f"GPU {g.get('index')} {g.get('utilization_percent')} % busy, "
+            f"{g.get('memory_used_mib')} MiB used"
+            for g in startup.get("gpu") or []
+        )
+        reason = str(startup.get("reason", ""))
+        return (f"run {self.run_id}: last phase {phase}{took}"
+                + (f" ({busy})" if busy else "") + (f"; {reason}" if reason else ""))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +174,8 @@ class Gsm8kRecord:
             },
             "environment": dict(self.environment),
             "server": dict(self.server),
+            "startup": None if self.startup is None else dict(self.startup),
+            "timings": None if self.timings is None else self.timings.to_json(),
             "metrics": {
                 "accuracy": self.metrics.accuracy,
                 "invalid_rate": self.metrics.invalid_rate,
@@ -171,6 +225,7 @@ class Gsm8kRecord:
                     output=reader.get(q, "output", str, where, default=""),
                 )
             )
+        timings = reader.get(data, "timings", (dict, type(None)), default=None)
         return cls(
             run_id=reader.get(data, "run_id", str),
             created=reader.get(data, "created", str),
@@ -184,6 +239,12 @@ class Gsm8kRecord:
             ),
             environment=reader.get(data, "environment", dict),
             server=reader.get(data, "server", dict, default={}),
+            startup=reader.get(data, "startup", (dict, type(None)), default=None),
+            timings=None if timings is None else Timings(
+                install=reader.get(timings, "install", (int, float, type(None)), "timings"),
+                startup=reader.get(timings, "startup", (int, float, type(None)), "timings"),
+                asking=reader.get(timings, "asking", (int, float), "timings"),
+            ),
             metrics=Metrics(
                 accuracy=reader.get(metrics, "accuracy", (int, float), "metrics"),
                 invalid_rate=reader.get(metrics, "invalid_rate", (int, float), "metrics"),
@@ -241,28 +302,19 @@ def record_filename(kind: RecordKind, name: str, version: str | None, run_id: st
 
 
 def write_json_atomic(path: Path, data: Mapping[str, Any]) -> Path:
-    """Write `data` to `path` in one step, refusing to replace an existing file.
+    """Write `data` to `path` in one step, refusing to replace an existing file: a reader never
+    sees half a record, and a name once taken stays taken."""
 
-    The bytes go to a temporary file in the same directory, are flushed to disk, and are then
-    hard-linked into place: a reader never sees half a record, and a name once taken stays taken.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    def dump(fh: IO[str]) -> None:
+        json.dump(data, fh, indent=1, sort_keys=False)
+        fh.write("\n")
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise RecordError(
-                path, None, "a record of that name exists; records are never overwritten"
-            ) from None
-    finally:
-        os.unlink(tmp)
-    return path
+        return create_file(path, dump)
+    except FileExistsError:
+        raise RecordError(
+            path, None, "a record of that name exists; records are never overwritten"
+        ) from None
 
 
 def write_record(store: Path, record: Gsm8kRecord) -> Path:

@@ -3,13 +3,19 @@ and the pytest entry (server lifecycle, resume, partial records on faults)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from humming_matrix import environment, gsm8k, server
 from humming_matrix.config import EvalConfig
-from humming_matrix.errors import InfrastructureError, RequestError, UsageError
+from humming_matrix.errors import (
+    InfrastructureError,
+    RequestError,
+    ServerStartError,
+    UsageError,
+)
 from humming_matrix.evaluate import Evaluation, RunSettings, make_client
 from humming_matrix.progress import Progress
 from humming_matrix.results import (
@@ -39,7 +45,9 @@ def find_resumable(store: Path, config: EvalConfig, humming: str | None) -> Gsm8
     finished = {r.resumed_from for r in records if r.resumed_from}
     candidates = [
         r for r in records
+        # A server that never started left a record with nothing in it to resume.
         if not r.complete and r.run_id not in finished
+        and any(q.answered for q in r.questions)
         and r.config.sha256 == config.sha256 and r.humming_version == humming
     ]
     return max(candidates, key=lambda r: r.run_id, default=None)
@@ -95,15 +103,27 @@ def run_config(config: EvalConfig, options: RunOptions, progress: Progress) -> G
             evaluation.ask(make_client(config, options.endpoint, settings, None), progress)
         else:
             log_path = options.results / f"{stem}.server.log"
-            server_info.update(launched=True, log=log_path.name)
+            # What the server really got, not only the config's env: the parent environment
+            # decides the sampler, the JIT cache and which packages it imports.
+            effective = server.server_environment(spec, os.environ)
+            server_info.update(launched=True, log=log_path.name,
+                               environment=redact(server.recorded_environment(effective)))
             progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
                            f"(log: {log_path})")
             with server.launch(spec, log_path) as running:
+                if running.startup is not None:
+                    evaluation.server_ready(running.startup.seconds, running.startup.to_json())
                 server_info.update(command=list(running.command), endpoint=running.url)
                 progress.stage(f"{config.name}: server ready; asking "
                                f"{len(evaluation.pending)} questions")
                 evaluation.ask(make_client(config, running.url, settings, running.check), progress)
             progress.stage(f"{config.name}: server stopped")
+    except ServerStartError as exc:
+        evaluation.server_failed(exc.report.seconds, exc.report.to_json())
+        path = write_record(options.results, evaluation.record(complete=False))
+        progress.stage(f"{config.name}: the server never became ready "
+                       f"({exc.report.phase.label}); record saved: {path}")
+        raise
     except (InfrastructureError, KeyboardInterrupt):
         if evaluation.outcomes:
             path = write_record(options.results, evaluation.record(complete=False))

@@ -20,17 +20,26 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from humming_matrix.errors import ServerError
+from humming_matrix import environment
+from humming_matrix.errors import ServerError, ServerStartError
 from humming_matrix.process_group import stop_group
+from humming_matrix.server_log import StartupPhase, phase_reached, root_cause
 
 FIXED_FLAGS = ("--trust-remote-code", "--disable-uvicorn-access-log")
 SERVER_SEED = "0"
 HEALTH_POLL_SECONDS = 0.5
 TERM_GRACE_SECONDS = 10.0
 LOG_TAIL_LINES = 40
+# What a record keeps of the server's environment: the variables that decide whether and how
+# vLLM and humming run (the sampler, the JIT cache, which packages are imported, which GPUs).
+RECORDED_ENV_PREFIXES = ("VLLM_", "HUMMING_", "CUDA_", "TORCH_", "NCCL_", "HF_")
+RECORDED_ENV_NAMES = frozenset(
+    {"PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "VIRTUAL_ENV", "PYTHONHOME"}
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,39 @@ def server_environment(spec: ServerSpec, base: Mapping[str, str]) -> dict[str, s
     return env
 
 
+def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of the server's effective environment a record keeps (unredacted: the caller
+    redacts)."""
+    return {
+        name: value
+        for name, value in sorted(env.items())
+        if name in RECORDED_ENV_NAMES or name.startswith(RECORDED_ENV_PREFIXES)
+    }
+
+
+@dataclass(frozen=True)
+class StartupReport:
+    """How a server's start-up went: ready, or how far it got before it died or timed out."""
+
+    ready: bool
+    phase: StartupPhase
+    seconds: float  # from launch to ready, or to the failure
+    reason: str = ""  # why it failed: the log's root cause, or the timeout
+    log_tail: tuple[str, ...] = ()
+    # GPU utilisation at the failure; None where nvidia-smi did not answer.
+    gpu: tuple[Mapping[str, Any], ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": "ready" if self.ready else "failed",
+            "phase": self.phase.value,
+            "seconds": round(self.seconds, 3),
+            "reason": self.reason,
+            "log_tail": list(self.log_tail),
+            "gpu": None if self.gpu is None else [dict(g) for g in self.gpu],
+        }
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -82,11 +124,13 @@ class RunningServer:
     """A launched server. `url` is its base URL; `check()` raises ServerError once it has died."""
 
     def __init__(self, process: subprocess.Popen[bytes], url: str, log_path: Path,
-                 command: Sequence[str]) -> None:
+                 command: Sequence[str], environ: Mapping[str, str] | None = None) -> None:
         self.process = process
         self.url = url
         self.log_path = log_path
         self.command = tuple(command)
+        self.environ = dict(environ or {})  # what the process was started with
+        self.startup: StartupReport | None = None  # set once /health answered
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -104,34 +148,74 @@ class RunningServer:
         stop_group(self.process, grace)
 
 
+def _read_log(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _failure(
+    server: RunningServer,
+    exit_code: int | None,
+    timeout: float,
+    seconds: float,
+    gpu_activity: Callable[[], list[dict[str, Any]] | None],
+) -> ServerStartError:
+    """The error for a start-up that failed (the process exited with `exit_code`, or None: it
+    timed out), with the report a record keeps: the phase the log reached, the first exception
+    in it (vLLM's own last words only point "above" to it), its tail, and what the GPUs were
+    doing, sampled now, before the teardown frees them."""
+    text = _read_log(server.log_path)
+    phase = phase_reached(text)
+    cause = root_cause(text)
+    if exit_code is not None:
+        reason = f"vllm serve exited with code {exit_code} before becoming ready"
+    else:
+        reason = (f"vllm serve not ready after {timeout:g} s (startup_max_wait_seconds; "
+                  f"last phase: {phase.label})")
+    if cause:
+        reason += f": {cause}"
+    tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    gpu = gpu_activity()
+    report = StartupReport(
+        ready=False,
+        phase=phase,
+        seconds=seconds,
+        reason=reason,
+        log_tail=tuple(tail.splitlines()),
+        gpu=None if gpu is None else tuple(gpu),
+    )
+    return ServerStartError(f"{reason} (log: {server.log_path})", tail, report)
+
+
 def wait_until_healthy(
     server: RunningServer,
     timeout: float,
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
-    deadline = clock() + timeout
+    gpu_activity: Callable[[], list[dict[str, Any]] | None] = environment.gpu_activity,
+    started: float | None = None,
+) -> StartupReport:
+    """Poll /health until it answers 200; raise ServerStartError if the process exits first or
+    `timeout` seconds pass. `started` is when the process was launched (default: now)."""
+    begin = clock() if started is None else started
+    deadline = begin + timeout
     with httpx.Client(timeout=5.0) as client:
         while True:
             code = server.process.poll()
             if code is not None:
-                raise ServerError(
-                    f"vllm serve exited with code {code} before becoming ready "
-                    f"(log: {server.log_path})",
-                    log_tail(server.log_path),
-                )
+                raise _failure(server, code, timeout, clock() - begin, gpu_activity)
             try:
                 if client.get(f"{server.url}/health").status_code == 200:
-                    return
+                    report = StartupReport(True, StartupPhase.READY, clock() - begin)
+                    server.startup = report
+                    return report
             except httpx.HTTPError:
                 pass
             if clock() >= deadline:
-                raise ServerError(
-                    f"vllm serve not ready after {timeout:g} s (startup_max_wait_seconds; "
-                    f"log: {server.log_path})",
-                    log_tail(server.log_path),
-                )
+                raise _failure(server, None, timeout, clock() - begin, gpu_activity)
             sleep(HEALTH_POLL_SECONDS)
 
 
@@ -152,6 +236,7 @@ def launch(
         raise ServerError(f"no `{executable}` executable on PATH; is vLLM installed in this env?")
     port = port or free_port()
     command = serve_command(found, spec, port)
+    started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(command)}\n".encode())
@@ -160,9 +245,9 @@ def launch(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True, preexec_fn=die_with_parent,
         )
-    server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, command)
+    server = RunningServer(process, f"http://127.0.0.1:{port}", log_path, command, env)
     try:
-        wait_until_healthy(server, spec.startup_max_wait_seconds)
+        wait_until_healthy(server, spec.startup_max_wait_seconds, started=started)
         yield server
     finally:
         server.stop(grace)

@@ -19,6 +19,8 @@ config's `env`, which also checks that the config env reaches the server). Keys,
   hang_at: k                  from the k-th request on, requests never get an answer
   startup_delay: s            seconds before the server listens
   exit_at_start: code         print a fatal message and exit with that code before listening
+  replay_log: path            print that file (a real vLLM log, tests/data/) at start, before
+                              exit_at_start or never_healthy take effect
   never_healthy: true         /health answers 503 forever
   spawn_child: true           start a child in the same process group (as vLLM's engine does)
   ignore_sigterm: true        ignore SIGTERM (the launcher must escalate to SIGKILL)
@@ -268,6 +270,8 @@ def main(argv: list[str]) -> int:
             "child_pid": child.pid if child else None,
             "humming": _humming_version(),
         }))
+    if "replay_log" in policy:
+        print(Path(policy["replay_log"]).read_text(encoding="utf-8"), end="", flush=True)
     if "exit_at_start" in policy:
         print("vllm double: planted fatal error: CUDA out of memory", flush=True)
         return int(policy["exit_at_start"])

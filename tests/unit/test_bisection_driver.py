@@ -14,6 +14,7 @@ from humming_matrix.bisect_driver import BisectLog, BisectResult, Driver, Plan
 from humming_matrix.bisection import Conclusion, Verdict
 from humming_matrix.config import EvalConfig, load_config
 from humming_matrix.errors import RecordError, UsageError
+from humming_matrix.evaluate import NOT_STARTED
 from humming_matrix.matrix import Matrix, load_matrix
 from humming_matrix.paired_judge import PairedJudge
 from humming_matrix.probe import Prober, ProbeStatus, Suite
@@ -26,6 +27,8 @@ from humming_matrix.results import (
     utc_now_iso,
     write_record,
 )
+from humming_matrix.server import StartupReport
+from humming_matrix.server_log import StartupPhase
 
 N = 60
 VERSIONS = ("0.1.2", "0.1.3", "0.1.4", "0.1.5", "0.1.6", "0.1.7", "0.1.8")
@@ -52,7 +55,9 @@ variants = ["cpu"]
 class SessionDouble:
     """TEST DOUBLE of a nox session: writes one complete record per config into the store given
     by `--results`, with `wrong` questions answered wrongly for versions >= `bad_from`; an
-    `uninstallable` version writes an install error to the log and no record."""
+    `uninstallable` version writes an install error to the log and no record; a version in
+    `start_fails` writes the record `run` writes when the server never became ready, having
+    reached that phase."""
 
     def __init__(
         self,
@@ -62,8 +67,10 @@ class SessionDouble:
         wrong: Sequence[int],
         uninstallable: frozenset[str] = frozenset(),
         interrupt_at: int | None = None,
+        start_fails: Mapping[str, StartupPhase] | None = None,
     ) -> None:
         self.config = config
+        self.start_fails = dict(start_fails or {})
         self.bad_from = bad_from
         self.wrong = frozenset(wrong)
         self.uninstallable = uninstallable
@@ -90,6 +97,10 @@ class SessionDouble:
         limit = int(posargs[posargs.index("--limit") + 1])
         from packaging.version import Version
 
+        if version in self.start_fails:
+            write_record(store, self._failed_start(version, session, limit))
+            log.write_text(f"nox > Session {session} failed.\n")
+            return 1
         bad = self.bad_from is not None and Version(version) >= Version(self.bad_from)
         questions = tuple(
             QuestionOutcome(i, not (bad and i in self.wrong), i, i) for i in range(limit)
@@ -108,6 +119,27 @@ class SessionDouble:
         write_record(store, record)
         log.write_text(f"nox > Session {session} was successful.\n")
         return 0
+
+    def _failed_start(self, version: str, session: str, limit: int) -> Gsm8kRecord:
+        phase = self.start_fails[version]
+        report = StartupReport(
+            ready=False, phase=phase, seconds=150.0,
+            reason="vllm serve not ready after 150 s (startup_max_wait_seconds; last phase: "
+            f"{phase.label})",
+            log_tail=("INFO Model loading took 0.12 GiB memory and 0.73 seconds",),
+            gpu=({"index": "0", "utilization_percent": 100, "memory_used_mib": 887},),
+        )
+        return Gsm8kRecord(
+            run_id=new_run_id(),
+            created=utc_now_iso(),
+            complete=False,
+            config=ConfigInfo(self.config.name, str(self.config.path), self.config.sha256, {}),
+            environment={"humming_kernels": version, "session": session, "gpu": None},
+            metrics=Metrics(0.0, 0.0, limit, limit, 0.5, 0.08, False, 0.0),
+            questions=tuple(QuestionOutcome(i, False, None, i, NOT_STARTED)
+                            for i in range(limit)),
+            startup=report.to_json(),
+        )
 
     def stop_all(self) -> None:
         """Nothing runs in the background here."""
@@ -325,3 +357,68 @@ def test_nary_probes_run_in_parallel_rounds(
     assert sorted(session.calls[:3]) == ["humming-0.1.2", "humming-0.1.5", "humming-0.1.8"]
     assert sorted(session.calls[3:]) == ["humming-0.1.6", "humming-0.1.7"]
     assert result.entries["0.1.5"].verdict is Verdict.GOOD
+
+
+def test_a_release_whose_server_hangs_after_loading_weights_is_bad(
+    tmp_path: Path, matrix: Matrix, config: EvalConfig
+) -> None:
+    hang = dict.fromkeys(("0.1.6", "0.1.7", "0.1.8"), StartupPhase.WEIGHTS_LOADED)
+    session = SessionDouble(config, bad_from=None, wrong=(), start_fails=hang)
+    result, said = bisect(tmp_path, matrix, config, session)
+    assert result.outcome.conclusion is Conclusion.FOUND
+    assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.5", "0.1.6")
+    entry = result.entries["0.1.6"]
+    assert (entry.status, entry.verdict) == (ProbeStatus.START_FAILED, Verdict.BAD)
+    [path] = (tmp_path / "store").glob("gsm8k__double__0.1.6__*.json")
+    run_id = path.stem.split("__")[-1]
+    reason = (
+        f"the server of config double never became ready: run {run_id}: last phase weights "
+        "loaded after 150 s (GPU 0 100 % busy, 887 MiB used); vllm serve not ready after 150 s "
+        "(startup_max_wait_seconds; last phase: weights loaded)"
+    )
+    # The nearest release that started in the same environment is named.
+    assert entry.reason == f"{reason}; humming-kernels 0.1.5 started in the same environment (cpu)"
+    assert entry.evidence == {"double": {"record": str(path), "startup_phase": "weights_loaded"}}
+    assert f"bisect: 0.1.6: bad (server never ready) - {entry.reason}" in said
+
+
+def test_a_server_that_dies_before_loading_weights_is_untestable(
+    tmp_path: Path, matrix: Matrix, config: EvalConfig
+) -> None:
+    session = SessionDouble(config, bad_from="0.1.6", wrong=range(10),
+                            start_fails={"0.1.5": StartupPhase.LAUNCHED})
+    result, _ = bisect(tmp_path, matrix, config, session)
+    entry = result.entries["0.1.5"]
+    assert (entry.status, entry.verdict) == (ProbeStatus.START_FAILED, Verdict.SKIP)
+    assert entry.reason.startswith("untestable: the server of config double never became ready")
+    assert entry.reason.endswith(
+        "(it failed before loading the weights, so before any humming kernel ran)"
+    )
+    assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.4", "0.1.6")
+    assert result.outcome.undecided == ("0.1.5",)
+
+
+TWO_STACKS = TEST_MATRIX.replace(
+    '[[pairing]]\nhumming = ">=0.1.0,<0.2"\nversions = ["0.1.2", "0.1.8"]\nvariants = ["cpu"]\n',
+    '[[pairing]]\nhumming = ">=0.1.0,<0.1.5"\nversions = ["0.1.2"]\nvllm = "0.24.0"\n'
+    'variants = ["cpu"]\n\n[[pairing]]\nhumming = ">=0.1.5,<0.2"\nversions = ["0.1.8"]\n'
+    'vllm = "0.33.0"\nvariants = ["cpu"]\n',
+)
+
+
+def test_a_failed_start_with_no_started_neighbour_in_its_environment_is_untestable(
+    tmp_path: Path, config: EvalConfig
+) -> None:
+    assert TWO_STACKS != TEST_MATRIX
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_STACKS)
+    session = SessionDouble(config, bad_from=None, wrong=(),
+                            start_fails={"0.1.8": StartupPhase.WEIGHTS_LOADED})
+    result, _ = bisect(tmp_path, load_matrix(path), config, session)
+    entry = result.entries["0.1.8"]
+    assert (entry.status, entry.verdict) == (ProbeStatus.START_FAILED, Verdict.SKIP)
+    assert entry.reason.endswith(
+        "(no other release of the same environment, vLLM 0.33.0, cpu, has started here to tell "
+        "a bad release from a bad machine)"
+    )
+    assert result.outcome.conclusion is Conclusion.UNVERIFIED

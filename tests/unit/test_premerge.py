@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 import pytest
 
+from humming_matrix.bisection import Verdict
 from humming_matrix.errors import InfrastructureError, RequirementsError
-from humming_matrix.matrix import Matrix, load_matrix
-from humming_matrix.premerge import cells_for, diff_pins, humming_version
+from humming_matrix.evaluate import NOT_STARTED
+from humming_matrix.matrix import Cell, Matrix, load_matrix
+from humming_matrix.paired_judge import Judgement, PairedJudge
+from humming_matrix.premerge import cells_for, diff_pins, humming_version, run_gate
+from humming_matrix.probe import ProbeResult, ProbeStatus
 from humming_matrix.requirements_file import Pin, parse_requirements
+from humming_matrix.results import (
+    ConfigInfo,
+    Gsm8kRecord,
+    Metrics,
+    QuestionOutcome,
+    new_run_id,
+    utc_now_iso,
+    write_record,
+)
+from humming_matrix.server import StartupReport
+from humming_matrix.server_log import StartupPhase
 
 MATRIX = """\
 [matrix]
@@ -127,3 +143,69 @@ def test_missing_humming_pin_is_not_a_pass() -> None:
     with pytest.raises(InfrastructureError, match=(
             r"^cuda\.txt at the merge base: no humming-kernels pin, nothing to compare with$")):
         humming_version(pins("torch==2.14.0\n"), "cuda.txt at the merge base")
+
+
+class ProberDouble:
+    """TEST DOUBLE of the prober: the old pin's probe ran, the new pin's server never became
+    ready, having reached `phase`; both write records as `run` does."""
+
+    def __init__(self, store: Path, phase: StartupPhase) -> None:
+        self.store = store
+        self.phase = phase
+
+    def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]:
+        old, new = cells
+        config = ConfigInfo("cfg", "/c/cfg.yaml", "ab" * 32, {})
+        started = write_record(self.store, Gsm8kRecord(
+            new_run_id(), utc_now_iso(), True, config, {"humming_kernels": str(old.humming)},
+            Metrics(1.0, 0.0, 0, 2, 0.5, 0.08, True, 1.0),
+            (QuestionOutcome(0, True, 1, 1), QuestionOutcome(1, True, 2, 2)),
+        ))
+        report = StartupReport(False, self.phase, 90.0, "vllm serve not ready after 90 s")
+        failed = write_record(self.store, Gsm8kRecord(
+            "20261203T000000Z-h-abcdef", utc_now_iso(), False, config,
+            {"humming_kernels": str(new.humming)},
+            Metrics(0.0, 0.0, 2, 2, 0.5, 0.08, False, 0.0),
+            (QuestionOutcome(0, False, None, 1, NOT_STARTED),
+             QuestionOutcome(1, False, None, 2, NOT_STARTED)),
+            startup=report.to_json(),
+        ))
+        return [
+            ProbeResult(str(old.humming), old.session, ProbeStatus.RAN, {"cfg": started}),
+            ProbeResult(str(new.humming), new.session, ProbeStatus.START_FAILED, {"cfg": failed},
+                        "the server of config cfg never became ready: ..."),
+        ]
+
+
+def gate_0_1_6_to_0_1_5(
+    matrix: Matrix, store: Path, phase: StartupPhase
+) -> tuple[ProbeResult, Judgement]:
+    """Bump 0.1.6 -> 0.1.5 under vLLM 0.24, the new pin's server reaching `phase` only."""
+    old = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.6\n")
+    new = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.5\n")
+    cells = cells_for(matrix, old, new, None, "cuda.txt")
+    _, new_probe, judgement = run_gate(cells, ProberDouble(store, phase), PairedJudge())
+    return new_probe, judgement
+
+
+def test_a_new_pin_whose_server_never_gets_ready_is_a_regression(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    new_probe, judgement = gate_0_1_6_to_0_1_5(matrix, tmp_path, StartupPhase.WEIGHTS_LOADED)
+    assert new_probe.status is ProbeStatus.START_FAILED
+    assert judgement.verdict is Verdict.BAD
+    assert judgement.summary == (
+        "the server of config cfg never became ready: ...; humming-kernels 0.1.6 started in the "
+        "same environment (vLLM 0.24.0, torch 2.11.0, cu128)"
+    )
+
+
+def test_a_new_pin_that_dies_before_loading_weights_is_infrastructure(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    with pytest.raises(InfrastructureError) as caught:
+        gate_0_1_6_to_0_1_5(matrix, tmp_path, StartupPhase.LAUNCHED)
+    assert str(caught.value) == (
+        "the new pin humming-kernels==0.1.5 could not be tested: the server of config cfg never "
+        "became ready: ..."
+    )

@@ -1,0 +1,93 @@
+"""Reading a `vllm serve` log: how far start-up got, and what broke it.
+
+vLLM writes one log for several processes (API server, engine core, workers). Lines of a child
+process carry a `(EngineCore_DP0 pid=123) ` prefix, and a logged exception carries the logger's
+`ERROR 12-03 08:10:00 [core.py:708] ` header on every line of its traceback. Both are stripped
+before reading. When the engine dies during start-up, the API server's last words are
+"Engine core initialization failed. See root cause above": the cause is the first exception
+raised in the log, which is what `root_cause` returns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from enum import Enum
+
+
+class StartupPhase(str, Enum):
+    """The last start-up milestone a server's log shows, in order."""
+
+    LAUNCHED = "launched"  # the process started; no weights loaded yet
+    # "Loading weights took" (the checkpoint is read; quantized layers are packed next) or
+    # "Model loading took" (packed too): from here on, humming's code is running.
+    WEIGHTS_LOADED = "weights_loaded"
+    WARMED_UP = "warmed_up"  # "init engine (profile, create kv cache, warmup model) took ..."
+    READY = "ready"  # /health answered 200
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("_", " ")
+
+    @property
+    def order(self) -> int:
+        return list(StartupPhase).index(self)
+
+
+# The log lines that mark each milestone (vLLM 0.24 - 0.33; the CPU model runner logs only the
+# first of the two weight lines).
+MILESTONES: tuple[tuple[StartupPhase, re.Pattern[str]], ...] = (
+    (StartupPhase.WEIGHTS_LOADED, re.compile(r"Loading weights took |Model loading took ")),
+    (StartupPhase.WARMED_UP, re.compile(r"init engine \(profile, create kv cache, warmup model\)")),
+)
+
+_PROCESS_PREFIX = re.compile(r"^\([^()]*? pid=\d+\) ")
+_LOG_HEADER = re.compile(
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ?"
+)
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Interrupt)\w*)"
+                        r"(?::\s*(.*))?$")
+
+
+def plain_lines(text: str) -> Iterator[str]:
+    """The log's lines without process prefixes and logger headers."""
+    for line in text.splitlines():
+        line = _PROCESS_PREFIX.sub("", line, count=1)
+        yield _LOG_HEADER.sub("", line, count=1)
+
+
+def phase_reached(text: str) -> StartupPhase:
+    """The last milestone of start-up that the log shows (never READY: only /health says so)."""
+    reached = StartupPhase.LAUNCHED
+    for line in plain_lines(text):
+        for phase, pattern in MILESTONES:
+            if phase.order > reached.order and pattern.search(line):
+                reached = phase
+    return reached
+
+
+def _exceptions(lines: Iterable[str]) -> Iterator[str]:
+    """The closing `Type: message` line of each traceback, in the order they were printed."""
+    in_traceback = False
+    for line in lines:
+        if line.strip() == _TRACEBACK:
+            in_traceback = True
+            continue
+        if not in_traceback or not line.strip() or line.startswith((" ", "\t")):
+            continue
+        # The first unindented line after the frames is the exception (carets, `^^^`, are
+        # indented and were skipped above).
+        match = _EXCEPTION.match(line.strip())
+        if match:
+            name, message = match.group(1), (match.group(2) or "").strip()
+            yield f"{name}: {message}" if message else name
+        in_traceback = False
+
+
+def root_cause(text: str) -> str | None:
+    """The first exception raised in the log, as `Type: first line of its message`.
+
+    Python prints a chained exception's cause first, and vLLM's processes print theirs before
+    the API server reports that the engine failed, so the first traceback holds the cause."""
+    return next(_exceptions(plain_lines(text)), None)
