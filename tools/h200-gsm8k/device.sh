@@ -17,9 +17,9 @@
 set -uo pipefail
 
 # ---- settings -------------------------------------------------------------------------------
-# How `humming-matrix session` is given tools/h200-gsm8k/matrix.toml: "env" exports
-# HUMMING_MATRIX_FILE, "flag" passes `--matrix FILE` (for a product whose session has it).
-MATRIX_VIA="env"
+# How `humming-matrix session` is given tools/h200-gsm8k/matrix.toml: "flag" passes
+# `--matrix FILE` (as the noxfile does), "env" exports HUMMING_MATRIX_FILE instead.
+MATRIX_VIA="flag"
 H=${H200_DIR:-/tmp/h200}              # payload, installs, model, results: all under here
 PY=${PYTHON:-python3}                # the image's python (3.12, torch 2.11.0+cu130)
 HANGS="0.1.5"                        # releases known to hang in startup: the short-wait config
@@ -117,12 +117,15 @@ cmd_install() {
     rm -rf "$H/site" "$H/hk" "$H/hm"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$H/site" \
         "$H"/payload/site/*.whl || die "pip install into $H/site failed"
-    local whl v
+    local whl v start
     for whl in "$H"/payload/hk/humming_kernels-*.whl; do
       v=$(basename "$whl" | cut -d- -f2)
       ts "pip --target $H/hk/$v: humming-kernels $v"
+      start=$(date +%s.%N)
       "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
           --target "$H/hk/$v" "$whl" || die "pip install of humming-kernels $v failed"
+      # The release's own install step; `run` hands it to the session (timings.install).
+      echo "$start $(date +%s.%N)" | awk '{printf "%.3f\n", $2 - $1}' > "$H/hk/$v.install-seconds"
     done
     product
     du -sh "$H/site" "$H/hk" "$H/hm"
@@ -175,7 +178,7 @@ cmd_run() {
     fi
     (( left < limit_s )) && limit_s=$left
   fi
-  local stamp dir config limit=() matrix=() h
+  local stamp dir config limit=() matrix=() installed=() h
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
   if [[ -n "$n" ]]; then
     dir=$H/scratch/humming-$v-$stamp; limit=(--limit "$n")
@@ -195,6 +198,9 @@ cmd_run() {
     flag) matrix=(--matrix "$KIT/matrix.toml") ;;
     *) die "MATRIX_VIA must be env or flag, not $MATRIX_VIA" ;;
   esac
+  if [[ -f "$H/hk/$v.install-seconds" ]]; then
+    installed=(--install-seconds "$(cat "$H/hk/$v.install-seconds")")
+  fi
   # Session options go before the session name: everything after it is handed to `run`.
   export HUMMING_MATRIX_SESSION=humming-$v HUMMING_MATRIX_INSTALL_RECORD=$dir/humming-install.json
   # What the server inherits, which the record does not hold.
@@ -209,8 +215,8 @@ cmd_run() {
   ts "humming $v: $(basename "$config"), timeout ${limit_s}s, into $dir"
   local start=$SECONDS rc
   H200_RUN=$dir timeout -k "$KILL_AFTER" "$limit_s" \
-      humming-matrix session "${matrix[@]}" --record "$dir/humming-install.json" --results "$dir" \
-      "humming-$v" -- --config "$config" "${limit[@]}" 2>&1 | tee "$dir/session.log"
+      humming-matrix session "${matrix[@]}" "${installed[@]}" --record "$dir/humming-install.json" \
+      --results "$dir" "humming-$v" -- --config "$config" "${limit[@]}" 2>&1 | tee "$dir/session.log"
   rc=${PIPESTATUS[0]}
   [[ -n "$mon" ]] && kill "$mon" 2>/dev/null
   echo "$rc" > "$dir/exit-code"

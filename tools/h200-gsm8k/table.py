@@ -7,8 +7,8 @@
 A run directory is `humming-<version>-<UTC stamp>/` holding what one `device.sh run` left: the
 result record(s) `gsm8k__*.json` (read with the product's reader), the server log, `gpu.csv`
 (nvidia-smi samples), `exit-code`, `humming-cache-entries` and the session's install record.
-Records from before the `timings` / `startup` fields simply show "-" there. Errors: one line on
-stderr naming the file, exit 2.
+Records from before the `timings` / `startup` fields show "-" there (asking time: their
+`metrics.duration`). Errors: one line on stderr naming the file, exit 2.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from humming_matrix.errors import RecordError
-from humming_matrix.results import Gsm8kRecord, read_json
+from humming_matrix.results import Gsm8kRecord, load_gsm8k_record
 
 RUN_DIR = re.compile(r"^humming-(?P<version>[^-]+)-(?P<stamp>\d{8}T\d{6}Z)$")
 KIT = "tools/h200-gsm8k"
@@ -56,25 +55,19 @@ class LogFacts:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    record: Gsm8kRecord | None
-    raw: Mapping[str, Any]  # the record's JSON, for fields the product's reader may not know
-
-
-@dataclass(frozen=True)
 class Run:
     name: str
     version: Version
     stamp: str
     exit_code: int | None
-    outcome: Outcome
+    record: Gsm8kRecord | None  # None: the session stopped before `run` wrote one
     gpu: GpuPeak | None
     log: LogFacts | None
     cache_entries: int | None
 
     @property
     def complete(self) -> bool:
-        return self.outcome.record is not None and self.outcome.record.complete
+        return self.record is not None and self.record.complete
 
 
 def _int_file(path: Path) -> int | None:
@@ -120,18 +113,16 @@ def log_facts(path: Path) -> LogFacts:
     )
 
 
-def load_outcome(directory: Path) -> tuple[Outcome, Path | None]:
+def load_record(directory: Path) -> Gsm8kRecord | None:
     records = sorted(directory.glob("gsm8k__*.json"))
     if len(records) > 1:
         raise TableError(f"{directory}: {len(records)} records; device.sh writes one per run")
     if not records:
-        return Outcome(None, {}), None
+        return None
     try:
-        raw = read_json(records[0])
-        record = Gsm8kRecord.from_json(raw, records[0])
+        return load_gsm8k_record(records[0])
     except RecordError as exc:
         raise TableError(str(exc)) from None
-    return Outcome(record, raw), records[0]
 
 
 def load_run(directory: Path) -> Run:
@@ -142,8 +133,8 @@ def load_run(directory: Path) -> Run:
         version = Version(match["version"])
     except InvalidVersion:
         raise TableError(f"{directory}: {match['version']!r} is not a version") from None
-    outcome, _ = load_outcome(directory)
-    log_name = outcome.record.server.get("log") if outcome.record else None
+    record = load_record(directory)
+    log_name = record.server.get("log") if record else None
     named = directory / str(log_name) if log_name else None
     logs = [named] if named and named.is_file() else sorted(directory.glob("*.server.log"))
     log = log_facts(logs[0]) if logs else None
@@ -152,7 +143,7 @@ def load_run(directory: Path) -> Run:
         version=version,
         stamp=match["stamp"],
         exit_code=_int_file(directory / "exit-code"),
-        outcome=outcome,
+        record=record,
         gpu=gpu_peak(directory / "gpu.csv"),
         log=log,
         cache_entries=_int_file(directory / "humming-cache-entries"),
@@ -186,50 +177,41 @@ def _seconds(value: object) -> str:
     return f"{float(value):.1f} s" if isinstance(value, (int, float)) else "-"
 
 
-def _timing(raw: Mapping[str, Any], key: str) -> object:
-    timings = raw.get("timings")
-    return timings.get(key) if isinstance(timings, dict) else None
-
-
-def _startup(raw: Mapping[str, Any]) -> Mapping[str, Any]:
-    startup = raw.get("startup")
-    return startup if isinstance(startup, dict) else {}
-
-
 def describe_outcome(run: Run) -> str:
-    record = run.outcome.record
+    record = run.record
     if record is None:
         code = "" if run.exit_code is None else f" (exit {run.exit_code})"
         return f"no record{code}: see session.log"
     if record.complete:
         return "complete"
-    startup = _startup(run.outcome.raw)
-    if startup.get("status") == "failed":
-        parts = [f"not ready after {_seconds(startup.get('seconds'))}"]
-        if startup.get("phase"):
-            parts.append(f"last phase: {startup['phase']}")
+    if record.start_failed:
+        startup = record.startup or {}
+        parts = [f"not ready after {_seconds(startup.get('seconds'))}",
+                 f"last phase: {record.startup_phase}"]
         if startup.get("reason"):
             parts.append(str(startup["reason"]).replace("|", "\\|"))
         return "; ".join(parts)
-    return f"incomplete ({len([q for q in record.questions if q.error is None])} answered)"
+    return f"incomplete ({sum(1 for q in record.questions if q.answered)} answered)"
 
 
 def row(run: Run) -> list[str]:
-    record, raw = run.outcome.record, run.outcome.raw
-    if record is not None and record.questions:
+    record = run.record
+    if record is not None and any(q.answered for q in record.questions):
         m = record.metrics
         correct = sum(1 for q in record.questions if q.correct)
         accuracy = f"{m.accuracy:.4f} ({correct}/{len(record.questions)})"
         invalid = f"{m.invalid_rate:.4f}"
     else:
         accuracy = invalid = "-"
-    startup = _startup(raw)
-    ready = _timing(raw, "startup")
-    if ready is None and startup.get("status") == "ready":
-        ready = startup.get("seconds")
-    asking = _timing(raw, "asking")
-    if asking is None and record is not None and record.questions:
+    ready: float | None = None
+    asking: float | None = None
+    if record is not None and record.timings is not None:
+        ready, asking = record.timings.startup, record.timings.asking
+    elif record is not None and record.questions:
         asking = record.metrics.duration  # before `timings`, the duration was the asking time
+    if record is not None and record.start_failed:
+        # timings.startup is then the time to the failure (the outcome shows it); nothing asked
+        ready = asking = None
     gpu = (
         f"{run.gpu.memory_mib:,} MiB, {run.gpu.utilization} %" if run.gpu is not None else "-"
     )
@@ -270,7 +252,7 @@ HEADER = ["run", "humming", "exit", "outcome", "accuracy", "invalid", "ready aft
 def _stacks(runs: Iterable[Run]) -> list[str]:
     seen = []
     for run in runs:
-        record = run.outcome.record
+        record = run.record
         if record is None:
             continue
         env = record.environment
