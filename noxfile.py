@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -16,19 +17,30 @@ REPO = Path(__file__).resolve().parent
 # The matrix module needs only the standard library and packaging, which nox itself brings.
 sys.path.insert(0, str(REPO / "src"))
 
-from humming_matrix.errors import MatrixError  # noqa: E402
+from humming_matrix.errors import HummingMatrixError  # noqa: E402
 from humming_matrix.installation import RECORD_NAME  # noqa: E402
-from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell, load_matrix  # noqa: E402
+from humming_matrix.matrix import (  # noqa: E402
+    CHECKOUT_CONFIG_LIST,
+    CHECKOUT_MATRIX,
+    CHECKOUT_NOXFILE,
+    EXTRA_VERSIONS_ENV,
+    Cell,
+    load_matrix,
+    matrix_path,
+    sessions_requested,
+)
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_venv = "yes"
 
 RESULTS = REPO / "results" / "local"
-DEFAULT_CONFIG_LIST = REPO / "configs" / "gsm8k" / "humming" / "config.txt"
+DEFAULT_CONFIG_LIST = REPO / CHECKOUT_CONFIG_LIST
 
 
-def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> None:
+def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> list[str]:
+    """Install the cell; returns the session options that say how long it took."""
+    started = time.monotonic()
     session.install(str(REPO))
     options = list(cell.install_options())
     overrides = cell.overrides()
@@ -42,10 +54,32 @@ def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool)
     except nox.command.CommandFailed:
         # A cell that cannot be installed is untestable (125), which a bisect skips; say so in
         # the install record rather than only in nox's log.
-        session.run(
-            "humming-matrix", "session", "--install-failed", name, env=_session_env(session, name)
-        )
+        _run_session(session, name, ["--install-failed", *_took(started)])
         raise
+    return _took(started)
+
+
+def _took(started: float) -> list[str]:
+    return ["--install-seconds", f"{time.monotonic() - started:.3f}"]
+
+
+def _run_session(
+    session: nox.Session, name: str, options: list[str], run_args: list[str] | None = None
+) -> None:
+    """`humming-matrix session` with this noxfile's matrix named explicitly: the session installs
+    humming-matrix from this checkout, not editable, so the installed command has no checkout
+    around it to find the matrix (or the default config list) in."""
+    session.run(
+        "humming-matrix",
+        "session",
+        "--matrix",
+        str(MATRIX_FILE),
+        *options,
+        name,
+        "--",
+        *(run_args or []),
+        env=_session_env(session, name),
+    )
 
 
 def _session_env(session: nox.Session, name: str) -> dict[str, str]:
@@ -59,18 +93,12 @@ def _session_env(session: nox.Session, name: str) -> dict[str, str]:
 
 def _cell_session(cell: Cell) -> None:
     def run_cell(session: nox.Session) -> None:
-        _install_cell(session, cell, cell.session, kernels=False)
-        session.run(
-            "humming-matrix",
-            "session",
-            "--results",
-            str(RESULTS),
-            "--default-config-list",
-            str(DEFAULT_CONFIG_LIST),
+        took = _install_cell(session, cell, cell.session, kernels=False)
+        _run_session(
+            session,
             cell.session,
-            "--",
-            *session.posargs,
-            env=_session_env(session, cell.session),
+            [*took, "--results", str(RESULTS), "--default-config-list", str(DEFAULT_CONFIG_LIST)],
+            session.posargs,
         )
 
     run_cell.__doc__ = cell.description
@@ -79,39 +107,40 @@ def _cell_session(cell: Cell) -> None:
 
 def _kernels_session(cell: Cell) -> None:
     def run_kernels(session: nox.Session) -> None:
-        _install_cell(session, cell, cell.kernels_session, kernels=True)
+        took = _install_cell(session, cell, cell.kernels_session, kernels=True)
         args = list(session.posargs)
         if "--results" not in args:
             args += ["--results", str(RESULTS)]
-        session.run(
-            "humming-matrix",
-            "session",
-            "--kernels",
-            cell.kernels_session,
-            "--",
-            *args,
-            env=_session_env(session, cell.kernels_session),
-        )
+        _run_session(session, cell.kernels_session, [*took, "--kernels"], args)
 
     run_kernels.__doc__ = cell.kernels_description
     nox.session(name=cell.kernels_session, python=cell.python, tags=["kernels"])(run_kernels)
 
 
 try:
-    _MATRIX = load_matrix()
-except MatrixError as exc:
+    # $HUMMING_MATRIX_FILE, else this checkout's matrix (never one found from elsewhere).
+    _MATRIX = load_matrix(matrix_path(default=REPO / CHECKOUT_MATRIX))
+except HummingMatrixError as exc:
     # Bad matrix data is an input error: one line naming file and key, exit 2, no traceback.
     print(f"nox: error: {exc}", file=sys.stderr)
     raise SystemExit(2) from None
-for _cell in _MATRIX.session_cells(os.environ.get(EXTRA_VERSIONS_ENV, "").split(",")):
+MATRIX_FILE = _MATRIX.path.resolve()
+# `nox -s humming-<v>` for a release a range covers but no list names gets its sessions too.
+_REQUESTED = sessions_requested(sys.argv[1:], os.environ)
+for _note in _MATRIX.uncovered(_REQUESTED):
+    print(f"nox: note: {_note}", file=sys.stderr)
+for _cell in _MATRIX.session_cells(
+    os.environ.get(EXTRA_VERSIONS_ENV, "").split(","), _REQUESTED
+):
     _cell_session(_cell)
     if _cell.tags:  # the `-<default variant>` alias gets no second kernels session
         _kernels_session(_cell)
 
 
-def _cli(session: nox.Session, command: str) -> None:
+def _cli(session: nox.Session, command: str, *defaults: str) -> None:
     session.install(str(REPO))
-    session.run("humming-matrix", command, *session.posargs)
+    # The defaults come first, so the same option in posargs wins.
+    session.run("humming-matrix", command, *defaults, *session.posargs)
 
 
 @nox.session(tags=["store"])
@@ -123,13 +152,15 @@ def report(session: nox.Session) -> None:
 @nox.session
 def bisect(session: nox.Session) -> None:
     """Find the first regressing humming-kernels release: humming-matrix bisect -- --good V ..."""
-    _cli(session, "bisect")
+    _cli(session, "bisect", "--matrix", str(MATRIX_FILE), "--noxfile", str(REPO / CHECKOUT_NOXFILE))
 
 
 @nox.session
 def premerge(session: nox.Session) -> None:
     """Gate a requirements/cuda.txt change: humming-matrix premerge -- --base REF."""
-    _cli(session, "premerge")
+    _cli(
+        session, "premerge", "--matrix", str(MATRIX_FILE), "--noxfile", str(REPO / CHECKOUT_NOXFILE)
+    )
 
 
 @nox.session

@@ -8,17 +8,20 @@ exit code into its install record (`<envdir>/<venv>/humming-install.json`); this
 that session wrote during this job and exits with that code. When nox fails before the session
 records anything (the environment could not be installed, no such session), the job fails with 1.
 
-Standard library only: a CI agent needs python3, nox and the checkout, nothing installed.
+Standard library only: a CI agent needs python3, nox and the checkout, nothing installed. The
+`PYTHONPATH=src` that finds this module is not passed on to nox: the session runs the
+humming-matrix it installed (and recorded), as `nox -s` by hand does, not the checkout's sources.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
@@ -69,6 +72,22 @@ def session_exit_code(envdir: Path, session: str, since: datetime) -> tuple[int 
     return newest[1], newest[2]
 
 
+def nox_environment(environ: Mapping[str, str], sources: Path) -> dict[str, str]:
+    """`environ` without the PYTHONPATH entries naming `sources` (the folder this module was
+    imported from); PYTHONPATH is dropped when nothing else is left in it."""
+    out = dict(environ)
+    kept = [
+        entry
+        for entry in environ.get("PYTHONPATH", "").split(os.pathsep)
+        if entry and Path(entry).resolve() != sources.resolve()
+    ]
+    if kept:
+        out["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        out.pop("PYTHONPATH", None)
+    return out
+
+
 def run(
     argv: Sequence[str] | None = None,
     popen: Callable[..., subprocess.Popen[bytes]] = subprocess.Popen,
@@ -79,7 +98,7 @@ def run(
     started = now().replace(microsecond=0)
     command = [sys.executable, "-m", "nox", "-f", str(args.noxfile), "--envdir",
                str(args.envdir), "-s", args.session, "--", *args.run_args]
-    proc = popen(command)
+    proc = popen(command, env=nox_environment(os.environ, Path(__file__).resolve().parents[1]))
 
     def forward(signum: int, frame: FrameType | None) -> None:
         proc.send_signal(signum)

@@ -77,6 +77,8 @@ class InstallRecord:
     preflight: Mapping[str, Any] | None = None
     single_variable: tuple[Mapping[str, Any], ...] = ()
     exit_code: int | None = None  # the session command's own exit code, once it is known
+    # Seconds the noxfile's install step took (None: not measured, e.g. outside nox).
+    install_seconds: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -101,6 +103,7 @@ class InstallRecord:
             "preflight": self.preflight,
             "single_variable": list(self.single_variable),
             "exit_code": self.exit_code,
+            "install_seconds": self.install_seconds,
             "humming_requirements": list(self.humming_requirements),
             "packages": dict(self.packages),
             **dict(self.extra),
@@ -125,6 +128,7 @@ class InstallRecord:
                 preflight=data.get("preflight"),
                 single_variable=tuple(data.get("single_variable", ())),
                 exit_code=data.get("exit_code"),
+                install_seconds=data.get("install_seconds"),
             )
         except KeyError as exc:
             raise RecordError(path, str(exc.args[0]), "missing from the install record") from None

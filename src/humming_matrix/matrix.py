@@ -5,14 +5,25 @@ session environment exists.
 
 API (stable; extend, don't rename):
 
-    load_matrix(path=None) -> Matrix       honours HUMMING_MATRIX_FILE, else configs/matrix.toml
+    load_matrix(path=None) -> Matrix       path, else matrix_path(): HUMMING_MATRIX_FILE, else
+                                           configs/matrix.toml of the checkout at or above the
+                                           working directory (never a copy inside the package)
+    matrix_path(path=None, *, default=None, environ=None, cwd=None) -> Path
+    checkout_file(relative, flag, cwd=None) -> Path
+                                           a default that lives in the checkout (the default
+                                           config list, the noxfile)
     Matrix.cells() -> tuple[Cell, ...]     every session `nox -l` lists, in matrix order
     Matrix.cell_for(version, variant=None) -> Cell
                                            any release a pairing's range covers (bisect meets
                                            versions no list names); raises NoPairingError
     Matrix.cell(session) -> Cell           the cell a session name stands for
-    Matrix.session_cells(extra_versions)   cells() plus sessions for unlisted versions
-                                           (the noxfile reads HUMMING_MATRIX_EXTRA_VERSIONS)
+    Matrix.session_cells(extra_versions, requested)
+                                           cells() plus sessions for unlisted versions (the
+                                           noxfile reads HUMMING_MATRIX_EXTRA_VERSIONS and the
+                                           session names nox was asked for)
+    Matrix.uncovered(requested) -> tuple[str, ...]
+                                           why a requested session name has no session
+    sessions_requested(argv, environ)      the session names a nox command line asks for
     Cell.session                           `humming-<version>` or `humming-<version>-<variant>`
 
 A pairing says: humming-kernels versions in this specifier set run under this vLLM and this
@@ -23,11 +34,12 @@ humming-kernels (no vLLM, no torch).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import string
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +47,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from humming_matrix.errors import MatrixError
+from humming_matrix.errors import MatrixError, UsageError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,8 +57,12 @@ else:  # pragma: no cover - exercised only on 3.10
 MATRIX_ENV = "HUMMING_MATRIX_FILE"
 # Comma-separated humming-kernels versions to add sessions for (a bisect meets unlisted ones).
 EXTRA_VERSIONS_ENV = "HUMMING_MATRIX_EXTRA_VERSIONS"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MATRIX = REPO_ROOT / "configs" / "matrix.toml"
+NOX_SESSION_ENV = "NOXSESSION"  # nox's own: the sessions to run when `-s` is not given
+# The project's data, relative to the root of a checkout. An installed package has no checkout
+# around it, so these are looked up from the working directory, never from this file's location.
+CHECKOUT_MATRIX = Path("configs", "matrix.toml")
+CHECKOUT_CONFIG_LIST = Path("configs", "gsm8k", "humming", "config.txt")
+CHECKOUT_NOXFILE = Path("noxfile.py")
 SESSION_PREFIX = "humming-"
 KERNELS_PREFIX = "kernels-"
 # Placeholders a recipe's requirement templates may use.
@@ -86,6 +102,11 @@ SCHEMA_VERSION = 1
 
 class NoPairingError(MatrixError):
     """No pairing (or more than one) covers the requested humming-kernels version or variant."""
+
+
+class NoCheckoutError(UsageError):
+    """No matrix file was named and none was found in a checkout at or above the working
+    directory (exit 2): the message says what was searched and how to point at one."""
 
 
 @dataclass(frozen=True)
@@ -238,6 +259,34 @@ class Cell:
         }
 
 
+def _session_version(session: str) -> tuple[Version, str | None] | None:
+    """(version, variant or None) of a `humming-`/`kernels-` session name; None for any other."""
+    for prefix in (SESSION_PREFIX, KERNELS_PREFIX):
+        if session.startswith(prefix):
+            # Normalised PEP 440 versions never contain "-", so the first one ends it.
+            version, _, variant = session[len(prefix) :].partition("-")
+            try:
+                return Version(version), variant or None
+            except InvalidVersion:
+                return None
+    return None
+
+
+def sessions_requested(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The session names a nox command line asks for (`-s/-e/--session/--sessions`, else
+    $NOXSESSION, comma-separated), as nox reads them. nox gives a noxfile no way to ask, and the
+    session of an unlisted release must exist before nox selects (Matrix.session_cells)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument(
+        "-s", "-e", "--session", "--sessions", dest="names", nargs="*", action="extend"
+    )
+    own = list(argv)
+    if "--" in own:  # what follows is the sessions' posargs
+        own = own[: own.index("--")]
+    names = parser.parse_known_args(own)[0].names or environ.get(NOX_SESSION_ENV, "").split(",")
+    return tuple(name for name in names if name)
+
+
 def _render(template: str, values: Mapping[str, str]) -> str:
     return template.format_map(values).replace("[]", "")
 
@@ -267,28 +316,45 @@ class Matrix:
     def cell(self, session: str) -> Cell:
         """The cell a session name (`humming-` or `kernels-`) stands for. Any version a range
         covers resolves, so sessions for unlisted releases (EXTRA_VERSIONS_ENV) work too."""
-        for prefix in (SESSION_PREFIX, KERNELS_PREFIX):
-            if session.startswith(prefix):
-                rest = session[len(prefix) :]
-                # Normalised PEP 440 versions never contain "-", so the first one ends it.
-                version, _, variant = rest.partition("-")
-                try:
-                    parsed = Version(version)
-                except InvalidVersion:
-                    break
-                found = self.cell_for(parsed, variant or None)
-                # `humming-<v>-<default variant>` names the alias, not the default session.
-                if variant and found.is_default_variant:
-                    found = dataclasses.replace(found, is_default_variant=False)
-                return found
-        raise NoPairingError(self.path, None, f"{session!r} is not a matrix session name")
+        named = _session_version(session)
+        if named is None:
+            raise NoPairingError(self.path, None, f"{session!r} is not a matrix session name")
+        version, variant = named
+        found = self.cell_for(version, variant)
+        # `humming-<v>-<default variant>` names the alias, not the default session.
+        if variant and found.is_default_variant:
+            found = dataclasses.replace(found, is_default_variant=False)
+        return found
 
-    def session_cells(self, extra_versions: Iterable[str] = ()) -> tuple[Cell, ...]:
+    def covers(self, version: Version) -> bool:
+        return any(p.covers(version) for p in self.pairings)
+
+    def uncovered(self, requested: Iterable[str]) -> tuple[str, ...]:
+        """Why each requested matrix session name has no session: its version is in no
+        pairing's range (nox itself then reports the session as not found)."""
+        out: list[str] = []
+        for name in requested:
+            named = _session_version(name)
+            if named is not None and not self.covers(named[0]):
+                out.append(
+                    f"{name}: no pairing's humming range in {self.path} covers {named[0]}"
+                )
+        return tuple(out)
+
+    def session_cells(
+        self, extra_versions: Iterable[str] = (), requested: Iterable[str] = ()
+    ) -> tuple[Cell, ...]:
         """cells(), plus the same sessions for each extra (unlisted) version a range covers, as
-        a bisect asks for them through EXTRA_VERSIONS_ENV."""
+        a bisect asks for them through EXTRA_VERSIONS_ENV, and for the version of each requested
+        session name (`nox -s humming-0.1.12`) a range covers; other requested names are nox's."""
         out = list(self.cells())
         names = {c.session for c in out}
-        for text in extra_versions:
+        asked = [
+            str(named[0])
+            for named in map(_session_version, requested)
+            if named is not None and self.covers(named[0])
+        ]
+        for text in [*extra_versions, *asked]:
             if not text.strip():
                 continue
             default = self.cell_for(text.strip())
@@ -349,11 +415,57 @@ class Matrix:
         )
 
 
-def matrix_path(path: Path | None = None) -> Path:
+def find_checkout(cwd: Path | None = None) -> Path | None:
+    """The nearest folder at or above `cwd` (default: the working directory) holding
+    configs/matrix.toml: a checkout of this project. None outside one."""
+    here = (Path.cwd() if cwd is None else cwd).resolve()
+    for folder in (here, *here.parents):
+        if (folder / CHECKOUT_MATRIX).is_file():
+            return folder
+    return None
+
+
+def matrix_path(
+    path: Path | None = None,
+    *,
+    default: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Path:
+    """Which matrix file to read: `path` (--matrix FILE) > $HUMMING_MATRIX_FILE > `default` (the
+    noxfile passes its own checkout's) > configs/matrix.toml of the checkout at or above the
+    working directory > NoCheckoutError. A file inside the installed package is never used: the
+    matrix is the checkout's editable data, and a hidden copy would silently go stale."""
     if path is not None:
         return path
-    configured = os.environ.get(MATRIX_ENV)
-    return Path(configured) if configured else DEFAULT_MATRIX
+    configured = (os.environ if environ is None else environ).get(MATRIX_ENV)
+    if configured:
+        return Path(configured)
+    if default is not None:
+        return default
+    checkout = find_checkout(cwd)
+    if checkout is None:
+        here = (Path.cwd() if cwd is None else cwd).resolve()
+        raise NoCheckoutError(
+            f"no matrix file: --matrix not given, ${MATRIX_ENV} not set, and no "
+            f"{CHECKOUT_MATRIX} in {here} or any folder above it; run from a humming-matrix "
+            f"checkout, or pass --matrix FILE, or set {MATRIX_ENV}=FILE"
+        )
+    return checkout / CHECKOUT_MATRIX
+
+
+def checkout_file(relative: Path, flag: str, cwd: Path | None = None) -> Path:
+    """A default that lives in the checkout (`relative` to its root: the default config list,
+    the noxfile), for a command given no `flag`. Outside a checkout: NoCheckoutError saying so."""
+    checkout = find_checkout(cwd)
+    if checkout is None:
+        here = (Path.cwd() if cwd is None else cwd).resolve()
+        raise NoCheckoutError(
+            f"{flag} not given and no humming-matrix checkout (a folder holding "
+            f"{CHECKOUT_MATRIX}) at or above {here} to take the default {relative} from; "
+            f"pass {flag}, or run from a checkout"
+        )
+    return checkout / relative
 
 
 def load_matrix(path: Path | None = None) -> Matrix:

@@ -198,6 +198,14 @@ def test_sessions_get_isolated_environments(two_cells: NoxRun) -> None:
     )
     assert record["stages"] == ["installed", "verified", "run"]
     assert record["preflight"]["skipped"] == "not run: recipe 'bare' declares preflight = false"
+    # The noxfile timed its install step; the result record carries it beside the run's own.
+    for humming, result in _by_humming(two_cells).items():
+        install = result["environment"]["install"]["install_seconds"]
+        assert isinstance(install, float), humming
+        assert install > 0, humming
+        assert result["timings"]["install"] == round(install, 3)
+        assert result["timings"]["asking"] == round(result["metrics"]["duration"], 3)
+        assert result["timings"]["startup"] == result["startup"]["seconds"]
 
 
 def test_single_variable_check_is_recorded(two_cells: NoxRun) -> None:
@@ -283,6 +291,7 @@ def test_a_cell_that_cannot_be_installed_is_untestable(workspace: Path) -> None:
         125,
         None,
     )
+    assert record["install_seconds"] > 0  # how long the failing install took
 
 
 def test_bad_matrix_is_one_line_and_exit_2(tmp_path: Path) -> None:

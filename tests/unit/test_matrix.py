@@ -7,9 +7,22 @@ from pathlib import Path, PurePosixPath
 import pytest
 from packaging.version import Version
 
-from humming_matrix.errors import ExitCode, MatrixError
-from humming_matrix.matrix import DEFAULT_MATRIX, NoPairingError, load_matrix
+from humming_matrix.errors import ExitCode, MatrixError, UsageError
+from humming_matrix.matrix import (
+    CHECKOUT_CONFIG_LIST,
+    CHECKOUT_MATRIX,
+    NoCheckoutError,
+    NoPairingError,
+    checkout_file,
+    find_checkout,
+    load_matrix,
+    matrix_path,
+    sessions_requested,
+)
 from humming_matrix.requirements_file import parse_requirements
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / CHECKOUT_MATRIX
 
 SMALL = """
 [matrix]
@@ -66,7 +79,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_shipped_matrix_lists_the_required_cells_with_their_stacks() -> None:
-    matrix = load_matrix(DEFAULT_MATRIX)
+    matrix = load_matrix(SHIPPED)
     stacks = {c.session: (str(c.vllm), str(c.torch), c.variant.name) for c in matrix.cells()}
     assert stacks["humming-0.1.5"] == ("0.24.0", "2.11.0", "cu128")
     assert stacks["humming-0.1.6"] == ("0.24.0", "2.11.0", "cu128")
@@ -252,12 +265,12 @@ def test_guarded_pins_match_the_matrix_cell_of_their_humming() -> None:
         p.name: p
         for p in parse_requirements(
             PurePosixPath("requirements/cuda.txt"),
-            lambda path: (DEFAULT_MATRIX.parents[1] / path).read_text(encoding="utf-8"),
+            lambda path: (REPO / path).read_text(encoding="utf-8"),
         )
     }
     humming = pins["humming-kernels"]
     assert humming.extras == ("cu13",)
-    cell = load_matrix(DEFAULT_MATRIX).cell_for(str(humming.exact_version))
+    cell = load_matrix(SHIPPED).cell_for(str(humming.exact_version))
     assert (pins["vllm"].exact_version, pins["torch"].exact_version) == (
         str(cell.vllm),
         str(cell.torch),
@@ -279,3 +292,103 @@ def test_session_names_resolve_and_extra_versions_get_sessions(tmp_path: Path) -
     names = [c.session for c in matrix.session_cells(["0.1.12", "", "0.1.19"])]
     assert names[-3:] == ["humming-0.1.12", "humming-0.1.12-cu128", "humming-0.1.12-cu130"]
     assert len(names) == len(matrix.cells()) + 3  # 0.1.19 is listed already
+
+
+def checkout(root: Path) -> Path:
+    """A folder laid out like a checkout: configs/matrix.toml and a config list."""
+    (root / "configs" / "gsm8k" / "humming").mkdir(parents=True)
+    (root / CHECKOUT_MATRIX).write_text(SMALL, encoding="utf-8")
+    (root / CHECKOUT_CONFIG_LIST).write_text("", encoding="utf-8")
+    return root
+
+
+def test_matrix_lookup_order(tmp_path: Path) -> None:
+    root = checkout(tmp_path / "co")
+    deep = root / "results" / "local"
+    deep.mkdir(parents=True)
+    env = {"HUMMING_MATRIX_FILE": "from-env.toml"}
+    given, default = Path("given.toml"), Path("default.toml")
+    assert matrix_path(given, default=default, environ=env, cwd=deep) == given
+    assert matrix_path(None, default=default, environ=env, cwd=deep) == Path("from-env.toml")
+    assert matrix_path(None, default=default, environ={}, cwd=deep) == default
+    assert matrix_path(None, environ={"HUMMING_MATRIX_FILE": ""}, cwd=deep) == (
+        root / "configs" / "matrix.toml"
+    )
+    assert find_checkout(root) == root
+    assert find_checkout(tmp_path) is None
+
+
+def test_outside_a_checkout_the_error_says_what_was_searched_and_how_to_point(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(NoCheckoutError) as info:
+        matrix_path(environ={}, cwd=tmp_path)
+    assert str(info.value) == (
+        f"no matrix file: --matrix not given, $HUMMING_MATRIX_FILE not set, and no "
+        f"configs/matrix.toml in {tmp_path} or any folder above it; run from a humming-matrix "
+        "checkout, or pass --matrix FILE, or set HUMMING_MATRIX_FILE=FILE"
+    )
+    assert isinstance(info.value, UsageError)
+    assert info.value.exit_code == ExitCode.USAGE
+
+
+def test_load_matrix_never_looks_beside_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This package is imported from the checkout's src/ here, whose configs/matrix.toml the old
+    # lookup (relative to matrix.py) found from anywhere; an installed package has none.
+    monkeypatch.delenv("HUMMING_MATRIX_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(NoCheckoutError, match=rf"and no configs/matrix\.toml in {tmp_path} "):
+        load_matrix()
+    monkeypatch.chdir(checkout(tmp_path / "co") / "configs" / "gsm8k")
+    assert load_matrix().path == tmp_path / "co" / "configs" / "matrix.toml"
+
+
+def test_defaults_that_live_in_the_checkout(tmp_path: Path) -> None:
+    root = checkout(tmp_path / "co")
+    assert checkout_file(CHECKOUT_CONFIG_LIST, "--configs", cwd=root / "configs") == (
+        root / "configs" / "gsm8k" / "humming" / "config.txt"
+    )
+    with pytest.raises(NoCheckoutError) as info:
+        checkout_file(CHECKOUT_CONFIG_LIST, "--configs", cwd=tmp_path)
+    assert str(info.value) == (
+        f"--configs not given and no humming-matrix checkout (a folder holding "
+        f"configs/matrix.toml) at or above {tmp_path} to take the default "
+        "configs/gsm8k/humming/config.txt from; pass --configs, or run from a checkout"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["-s", "humming-0.1.12", "lint", "--", "-s", "x"], {}, ("humming-0.1.12", "lint")),
+        (["-f", "noxfile.py", "--envdir", "e", "-s", "a", "-e", "b"], {}, ("a", "b")),
+        (["--session=humming-0.1.12-cu128", "--sessions", "c"], {}, ("humming-0.1.12-cu128", "c")),
+        (["-l"], {"NOXSESSION": "humming-0.1.12,lint"}, ("humming-0.1.12", "lint")),
+        (["-s", "a"], {"NOXSESSION": "b"}, ("a",)),
+        (["-t", "humming"], {}, ()),
+    ],
+)
+def test_sessions_requested_reads_nox_command_line(
+    argv: list[str], environ: dict[str, str], expected: tuple[str, ...]
+) -> None:
+    assert sessions_requested(argv, environ) == expected
+
+
+def test_requested_unlisted_release_gets_its_sessions(tmp_path: Path) -> None:
+    matrix = load_matrix(write(tmp_path, SMALL))
+    requested = ["humming-0.1.12-cu128", "lint", "kernels-0.1.13", "humming-0.0.9", "humming-x"]
+    names = [c.session for c in matrix.session_cells((), requested)]
+    assert names[len(matrix.cells()) :] == [
+        "humming-0.1.12",
+        "humming-0.1.12-cu128",
+        "humming-0.1.12-cu130",
+        "humming-0.1.13",
+        "humming-0.1.13-cu128",
+        "humming-0.1.13-cu130",
+    ]
+    assert matrix.cell("humming-0.1.12-cu128").listed is False
+    assert matrix.uncovered(requested) == (
+        f"humming-0.0.9: no pairing's humming range in {tmp_path / 'matrix.toml'} covers 0.0.9",
+    )

@@ -11,7 +11,7 @@ from humming_matrix.bisection import Verdict
 from humming_matrix.errors import InfrastructureError, RequirementsError
 from humming_matrix.evaluate import NOT_STARTED
 from humming_matrix.matrix import Cell, Matrix, load_matrix
-from humming_matrix.paired_judge import PairedJudge
+from humming_matrix.paired_judge import Judgement, PairedJudge
 from humming_matrix.premerge import cells_for, diff_pins, humming_version, run_gate
 from humming_matrix.probe import ProbeResult, ProbeStatus
 from humming_matrix.requirements_file import Pin, parse_requirements
@@ -177,14 +177,21 @@ class ProberDouble:
         ]
 
 
-def test_a_new_pin_whose_server_never_gets_ready_is_a_regression(
-    matrix: Matrix, tmp_path: Path
-) -> None:
+def gate_0_1_6_to_0_1_5(
+    matrix: Matrix, store: Path, phase: StartupPhase
+) -> tuple[ProbeResult, Judgement]:
+    """Bump 0.1.6 -> 0.1.5 under vLLM 0.24, the new pin's server reaching `phase` only."""
     old = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.6\n")
     new = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.5\n")
     cells = cells_for(matrix, old, new, None, "cuda.txt")
-    prober = ProberDouble(tmp_path / "store", StartupPhase.WEIGHTS_LOADED)
-    _, new_probe, judgement = run_gate(cells, prober, PairedJudge())
+    _, new_probe, judgement = run_gate(cells, ProberDouble(store, phase), PairedJudge())
+    return new_probe, judgement
+
+
+def test_a_new_pin_whose_server_never_gets_ready_is_a_regression(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    new_probe, judgement = gate_0_1_6_to_0_1_5(matrix, tmp_path, StartupPhase.WEIGHTS_LOADED)
     assert new_probe.status is ProbeStatus.START_FAILED
     assert judgement.verdict is Verdict.BAD
     assert judgement.summary == (
@@ -196,12 +203,8 @@ def test_a_new_pin_whose_server_never_gets_ready_is_a_regression(
 def test_a_new_pin_that_dies_before_loading_weights_is_infrastructure(
     matrix: Matrix, tmp_path: Path
 ) -> None:
-    old = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.6\n")
-    new = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.5\n")
-    cells = cells_for(matrix, old, new, None, "cuda.txt")
-    prober = ProberDouble(tmp_path / "store", StartupPhase.LAUNCHED)
     with pytest.raises(InfrastructureError) as caught:
-        run_gate(cells, prober, PairedJudge())
+        gate_0_1_6_to_0_1_5(matrix, tmp_path, StartupPhase.LAUNCHED)
     assert str(caught.value) == (
         "the new pin humming-kernels==0.1.5 could not be tested: the server of config cfg never "
         "became ready: ..."

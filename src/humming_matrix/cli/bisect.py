@@ -16,7 +16,14 @@ from humming_matrix.compare import Settings
 from humming_matrix.config import load_configs
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.interrupts import terminate_unwinds
-from humming_matrix.matrix import load_matrix
+from humming_matrix.matrix import (
+    CHECKOUT_CONFIG_LIST,
+    CHECKOUT_NOXFILE,
+    MATRIX_ENV,
+    Matrix,
+    checkout_file,
+    load_matrix,
+)
 from humming_matrix.package_index import (
     DEFAULT_INDEX_URL,
     PROJECT,
@@ -38,13 +45,18 @@ from humming_matrix.probe import (
 from humming_matrix.slots import SlotPool
 
 INDEX_URL_ENV = "HUMMING_MATRIX_INDEX_URL"
-DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
 
 
 def add_suite_arguments(p: argparse.ArgumentParser) -> None:
-    """The options bisect and premerge share: what to run, where to store it, how to judge."""
+    """The options bisect and premerge share: what to run, where to store it, how to judge.
+    Defaults that are the project's data (matrix, config list, noxfile) come from the checkout
+    at or above the working directory, never from the installed package."""
+    p.add_argument("--matrix", type=Path, metavar="FILE",
+                   help=f"the matrix file (default: ${MATRIX_ENV}, else configs/matrix.toml of "
+                   "the checkout at or above the working directory); the probes' sessions "
+                   "read the same file")
     p.add_argument("--configs", action="append", type=Path, default=[], metavar="LIST",
-                   help=f"config list file(s) (default: {DEFAULT_CONFIG_LIST})")
+                   help=f"config list file(s) (default: the checkout's {CHECKOUT_CONFIG_LIST})")
     p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
                    help="a single GSM8K config; repeatable")
     p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
@@ -54,8 +66,9 @@ def add_suite_arguments(p: argparse.ArgumentParser) -> None:
                    help="ask only the first N questions of each config")
     p.add_argument("--variant", metavar="NAME",
                    help="the CUDA variant of every cell (default: each pairing's default)")
-    p.add_argument("--noxfile", type=Path, default=Path("noxfile.py"), metavar="FILE",
-                   help="the noxfile whose humming-<version> sessions run the probes")
+    p.add_argument("--noxfile", type=Path, metavar="FILE",
+                   help="the noxfile whose humming-<version> sessions run the probes (default: "
+                   f"the checkout's {CHECKOUT_NOXFILE})")
     p.add_argument("--envdir", type=Path, metavar="DIR",
                    help="where nox keeps the session environments (nox's --envdir)")
     p.add_argument("--probe-timeout", type=float, default=DEFAULT_PROBE_TIMEOUT_S, metavar="S",
@@ -120,7 +133,7 @@ def suite_from(args: argparse.Namespace) -> Suite:
             raise UsageError("--tier kernels runs the GEMM probe: no --configs, --config, --limit")
         return Suite((), (), args.results.resolve(), None, Tier.KERNELS)
     lists = [p.resolve() for p in args.configs] or (
-        [] if args.config else [DEFAULT_CONFIG_LIST.resolve()]
+        [] if args.config else [checkout_file(CHECKOUT_CONFIG_LIST, "--configs").resolve()]
     )
     files = [p.resolve() for p in args.config]
     configs = load_configs(files, lists)
@@ -132,10 +145,11 @@ def suite_from(args: argparse.Namespace) -> Suite:
     return Suite(tuple(configs), tuple(run_args), args.results.resolve(), args.limit)
 
 
-def prober_from(args: argparse.Namespace, suite: Suite, jobs: int) -> Prober:
-    noxfile = args.noxfile.resolve()
+def prober_from(args: argparse.Namespace, suite: Suite, jobs: int, matrix: Matrix) -> Prober:
+    given = args.noxfile or checkout_file(CHECKOUT_NOXFILE, "--noxfile")
+    noxfile = given.resolve()
     if not noxfile.is_file():
-        raise UsageError(f"--noxfile {args.noxfile}: no such file")
+        raise UsageError(f"--noxfile {given}: no such file")
     slots = SlotPool.from_environment() if jobs > 1 else None
     return Prober(
         suite,
@@ -144,6 +158,8 @@ def prober_from(args: argparse.Namespace, suite: Suite, jobs: int) -> Prober:
         log_dir=suite.store / "probe-logs",
         hardware=Prober.current_hardware(),
         slots=slots,
+        # The sessions must pair versions with the stacks this command judged them by.
+        base_env={**os.environ, MATRIX_ENV: str(matrix.path.resolve())},
     )
 
 
@@ -162,8 +178,8 @@ def main(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     settings = Settings(alpha=args.alpha, min_effect=args.min_effect)
+    matrix = load_matrix(args.matrix)
     suite = suite_from(args)
-    matrix = load_matrix()
     released = released_versions(_index(args).releases(PROJECT), prereleases=args.prereleases)
     state = Bisection.between(good, bad, released, verify_endpoints=not args.no_verify)
     for version in state.versions:
@@ -178,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
         verify_endpoints=not args.no_verify,
         tier=suite.tier,
     )
-    prober = prober_from(args, suite, args.jobs)
+    prober = prober_from(args, suite, args.jobs, matrix)
     suffix = "" if suite.tier is Tier.GSM8K else f".{suite.tier.value}"
     log_path = args.log or suite.store / "bisect" / f"{good}..{bad}{suffix}.jsonl"
     judge: PairedJudge | KernelJudge = (

@@ -36,7 +36,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--format", required=True, choices=[f.value for f in Format])
     p.add_argument("--matrix", type=Path, metavar="FILE",
-                   help="the matrix file (default: $HUMMING_MATRIX_FILE or configs/matrix.toml)")
+                   help="the matrix file (default: $HUMMING_MATRIX_FILE, else configs/matrix.toml "
+                   "of the checkout at or above the working directory)")
     sel = p.add_argument_group("selection (repeatable; a cell must match every kind given)")
     sel.add_argument("--version", action="append", default=[], dest="versions", metavar="V",
                      help="a humming-kernels version; one the matrix covers but does not list "

@@ -79,11 +79,12 @@ def main(args: argparse.Namespace) -> int:
             f"no guarded pin ({guarded}) changed in {file} since the merge base "
             f"{revisions.base[:12]}",
         ))
+    matrix = load_matrix(args.matrix)
     suite = suite_from(args)
     try:
-        cells = premerge.cells_for(load_matrix(), old, new, args.variant, str(file))
+        cells = premerge.cells_for(matrix, old, new, args.variant, str(file))
         print(f"premerge: old cell {cells.old.session}, new cell {cells.new.session}", flush=True)
-        prober = prober_from(args, suite, jobs=2)
+        prober = prober_from(args, suite, 2, matrix)
         with terminate_unwinds():
             old_probe, new_probe, judgement = premerge.run_gate(
                 cells, prober, PairedJudge(settings)

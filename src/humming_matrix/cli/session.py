@@ -34,12 +34,17 @@ from humming_matrix.errors import (
     UsageError,
 )
 from humming_matrix.installation import Outcome, Stage
-from humming_matrix.matrix import Cell, load_matrix
+from humming_matrix.matrix import (
+    CHECKOUT_CONFIG_LIST,
+    MATRIX_ENV,
+    Cell,
+    checkout_file,
+    load_matrix,
+)
 from humming_matrix.preflight import PreflightReport, run_preflight
 from humming_matrix.slots import CUDA_ENV, Holder, SlotPool
 
 PREFLIGHT_ONLY_ENV = "HUMMING_MATRIX_PREFLIGHT_ONLY"
-DEFAULT_CONFIG_LIST = Path("configs/gsm8k/humming/config.txt")
 
 
 @contextlib.contextmanager
@@ -90,6 +95,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("name", help="the session name, e.g. humming-0.1.19 or kernels-0.1.19-cu128")
     p.add_argument(
+        "--matrix",
+        type=Path,
+        metavar="FILE",
+        help=f"the matrix file (the noxfile passes its own; default: ${MATRIX_ENV}, else "
+        "configs/matrix.toml of the checkout at or above the working directory)",
+    )
+    p.add_argument(
         "--record",
         type=Path,
         metavar="PATH",
@@ -105,9 +117,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--default-config-list",
         type=Path,
-        default=DEFAULT_CONFIG_LIST,
         metavar="FILE",
-        help="config list used when the run arguments name none",
+        help="config list used when the run arguments name none (the noxfile passes its own; "
+        f"default: {CHECKOUT_CONFIG_LIST} of the checkout at or above the working directory)",
     )
     p.add_argument(
         "--kernels",
@@ -119,6 +131,13 @@ def register(sub: Any) -> None:
         action="store_true",
         help="the installer failed (the noxfile says so): record it and exit 125",
     )
+    p.add_argument(
+        "--install-seconds",
+        type=float,
+        metavar="SECONDS",
+        help="how long the noxfile's install step took (kept in the install record; result "
+        "records show it as timings.install)",
+    )
     p.add_argument("run_args", nargs=argparse.REMAINDER, help="arguments for `run` after `--`")
     p.set_defaults(handler=main)
 
@@ -128,8 +147,11 @@ def _split_run_args(args: Sequence[str]) -> list[str]:
     return rest[1:] if rest[:1] == ["--"] else rest
 
 
-def _run_arguments(run_args: list[str], results: Path, config_list: Path) -> list[str]:
-    """The caller's arguments, plus the defaults they did not override."""
+def _run_arguments(
+    run_args: list[str], results: Path, config_list: Callable[[], Path]
+) -> list[str]:
+    """The caller's arguments, plus the defaults they did not override (the config list is
+    looked up only when it is needed: a session given its configs needs no checkout)."""
     out = list(run_args)
 
     def named(flag: str) -> bool:
@@ -138,7 +160,7 @@ def _run_arguments(run_args: list[str], results: Path, config_list: Path) -> lis
     if not named("--results"):
         out += ["--results", str(results)]
     if not named("--config") and not named("--config-list"):
-        out += ["--config-list", str(config_list)]
+        out += ["--config-list", str(config_list())]
     return out
 
 
@@ -148,6 +170,12 @@ def _configs_of(run_args: Sequence[str]) -> tuple[list[Path], list[Path]]:
     parser.add_argument("--config-list", action="append", type=Path, default=[])
     known, _ = parser.parse_known_args(list(run_args))
     return known.config, known.config_list
+
+
+def _default_config_list(args: argparse.Namespace) -> Path:
+    if args.default_config_list is not None:
+        return Path(args.default_config_list)
+    return checkout_file(CHECKOUT_CONFIG_LIST, "--default-config-list")
 
 
 def _gpus_needed(cell: Cell, tensor_parallel: Sequence[int]) -> int:
@@ -174,7 +202,7 @@ def execute(
     environ: Mapping[str, str] | None = None,
 ) -> int:
     environ = os.environ if environ is None else environ
-    cell = load_matrix().cell(args.name)
+    cell = load_matrix(args.matrix).cell(args.name)
     path = _record_path(args, environ)
     try:
         return _pipeline(args, cell, path, seams, environ)
@@ -190,7 +218,8 @@ def execute(
 def _pipeline(
     args: argparse.Namespace, cell: Cell, path: Path, seams: Seams, environ: Mapping[str, str]
 ) -> int:
-    record = installation.capture(cell, packages=seams.packages())
+    record = replace(installation.capture(cell, packages=seams.packages()),
+                     install_seconds=args.install_seconds)
     if args.install_failed:
         message = (
             f"{cell.session}: installing the cell failed (the installer's error is above); "
@@ -222,7 +251,7 @@ def _pipeline(
         installation.write_outcome(path, record, Outcome.RAN, code)
         return code
 
-    full_args = _run_arguments(run_args, args.results, args.default_config_list)
+    full_args = _run_arguments(run_args, args.results, lambda: _default_config_list(args))
     configs = load_configs(*_configs_of(full_args))
     if cell.recipe.preflight:
         report = seams.preflight(configs, expect_vllm=cell.vllm is not None)
