@@ -181,6 +181,7 @@ def lint(session: nox.Session) -> None:
 # --- smoke: the main job on any machine without a GPU (docs/smoke.md) --------------------------
 
 SMOKE = REPO / "smoke"
+SMOKE_MATRIX = SMOKE / "matrix.toml"
 SMOKE_CELL = "humming-0.1.19-cpu"
 SMOKE_RESULTS = REPO / "results" / "smoke"
 SMOKE_MODEL = SMOKE / "models" / "tiny-llama"
@@ -235,9 +236,10 @@ def smoke(session: nox.Session) -> None:
     """The main job with no GPU: vLLM's CPU build serves a tiny Llama built here (nothing from a
     model hub); install, preflight, GSM8K run and report. -- RUN_ARGS go to `humming-matrix run`
     (e.g. --results DIR; default results/smoke). docs/smoke.md."""
-    cell = load_matrix(SMOKE / "matrix.toml").cell(SMOKE_CELL)
+    cell = load_matrix(SMOKE_MATRIX).cell(SMOKE_CELL)
     store = _smoke_store(session.posargs)
-    env = {**_session_env(session, cell.session), "HUMMING_MATRIX_FILE": str(SMOKE / "matrix.toml")}
+    env = _session_env(session, cell.session)
+    started = time.monotonic()
     # uv keys a local project's build on its pyproject.toml, not its sources: rebuild it.
     session.install("--reinstall-package", "humming-matrix", str(REPO))
     tag = str(session.run(
@@ -250,15 +252,19 @@ def smoke(session: nox.Session) -> None:
             "--excludes", str(SMOKE / "excludes.txt"), *source, *cell.requirements()
         )
     except nox.command.CommandFailed:
-        session.run("humming-matrix", "session", "--install-failed", cell.session, env=env)
+        session.run(
+            "humming-matrix", "session", "--matrix", str(SMOKE_MATRIX), "--install-failed",
+            "--install-seconds", f"{time.monotonic() - started:.3f}", cell.session, env=env,
+        )
         raise
     session.run("python", str(SMOKE / "vllm_shim.py"))
+    took = f"{time.monotonic() - started:.3f}"
     session.run("python", str(SMOKE / "tiny_llama.py"), "--out", str(SMOKE_MODEL), env=env)
     before = set(store.glob("gsm8k__*.json"))
     session.run(
-        "humming-matrix", "session", "--results", str(store),
-        "--default-config-list", str(SMOKE / "config.txt"), cell.session, "--", *session.posargs,
-        env=env,
+        "humming-matrix", "session", "--matrix", str(SMOKE_MATRIX), "--install-seconds", took,
+        "--results", str(store), "--default-config-list", str(SMOKE / "config.txt"),
+        cell.session, "--", *session.posargs, env=env,
     )
     reports = [store / "report.md", store / "junit.xml", store / "report.html"]
     session.run(

@@ -26,6 +26,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import stat
 import subprocess
@@ -198,19 +199,30 @@ class Smoke:
     seconds: float
 
 
+def readme_smoke_command() -> list[str]:
+    """The quickstart's `nox -s smoke` line (README.md), without its comment."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    quickstart = text[text.index("## Quickstart"):]
+    block = quickstart[quickstart.index("```bash\n") + 8 : quickstart.index("```\n", 10)]
+    [line] = [ln for ln in block.splitlines() if ln.startswith("nox -s smoke")]
+    return shlex.split(line.partition("#")[0])
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Smoke]:
     """`nox -s smoke` once per module, in the cached environment; the lock is held until the
     module is done with that environment."""
     store = tmp_path_factory.mktemp("smoke") / "store"
+    # The README's command, plus only where the environment and the records go.
+    command = [*readme_smoke_command(), "--envdir", str(ENVDIR), "--", "--results", str(store)]
+    bin_dir = Path(sys.executable).parent  # this environment's nox, as after the README's pip
     CACHE.mkdir(parents=True, exist_ok=True)
     with FileLock(str(CACHE / "lock")):
         start = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"), "--envdir",
-             str(ENVDIR), "-s", "smoke", "--", "--results", str(store)],
-            cwd=REPO, env=_environ(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, timeout=1500, check=False, umask=UMASK,
+            command, cwd=REPO, env=_environ(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500,
+            check=False, umask=UMASK,
         )
         yield Smoke(done.returncode, done.stdout, store, time.monotonic() - start)
 
