@@ -163,6 +163,18 @@ def premerge(session: nox.Session) -> None:
     )
 
 
+@nox.session(name="preflight-real-vllm", tags=["vllm"])
+def preflight_real_vllm(session: nox.Session) -> None:
+    """Opt-in, heavy: the CPU preflight against real vLLM CUDA wheels (0.24.0 + torch 2.11.0,
+    0.33.0 + torch 2.14.0) installed by matrix sessions; several GB of wheels, not for every CI
+    run (8-12 min on 2 cores with a warm uv cache; docs/preflight.md)."""
+    session.install("-e", f"{REPO}[test]")
+    session.run(
+        "pytest", "-m", "vllm", "-p", "no:cacheprovider",
+        str(REPO / "tests" / "integration" / "test_nox_real_vllm.py"), *session.posargs,
+    )
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite (no GPU, no real vLLM): pytest with posargs."""

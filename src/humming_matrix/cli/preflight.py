@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from humming_matrix.config import load_configs
+from humming_matrix.distributions import imported_version
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.preflight import run_preflight
 
@@ -42,10 +42,8 @@ def main(args: argparse.Namespace) -> int:
         print(check.line(), flush=True)
     if args.json:
         args.json.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
-    try:
-        humming = metadata.version("humming-kernels")
-    except metadata.PackageNotFoundError:
-        humming = "none"
+    # The copy Python imports, as the probe reports it (the first on sys.path).
+    humming = imported_version("humming") or "none"
     if report.passed:
         print(f"preflight passed (humming-kernels {humming}, {report.duration:.1f} s)")
         return int(ExitCode.OK)
