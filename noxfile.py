@@ -188,3 +188,105 @@ def lint(session: nox.Session) -> None:
     session.install("-e", f"{REPO}[dev]")
     session.run("ruff", "check", "src", "tests", "noxfile.py", "benchmarks")
     session.run("mypy")
+
+
+# --- smoke: the main job on any machine without a GPU (docs/smoke.md) --------------------------
+
+SMOKE = REPO / "smoke"
+SMOKE_MATRIX = SMOKE / "matrix.toml"
+SMOKE_CELL = "humming-0.1.19-cpu"
+SMOKE_RESULTS = REPO / "results" / "smoke"
+SMOKE_MODEL = SMOKE / "models" / "tiny-llama"
+
+
+def _pip_find_links() -> list[Path]:
+    """The directories pip is told to find wheels in (PIP_FIND_LINKS, pip's config files): uv
+    does not look there by itself, and CPU machines may keep torch's CPU wheel in one."""
+    import subprocess
+
+    values = [os.environ.get("PIP_FIND_LINKS", "")]
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True, text=True, timeout=60, check=False,
+        ).stdout
+    except OSError:
+        listed = ""
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".find-links"):
+            values.append(value.strip().strip("'\""))
+    dirs: list[Path] = []
+    for value in values:
+        for entry in value.split():
+            path = Path(entry.removeprefix("file://"))
+            if path.is_dir() and path not in dirs:
+                dirs.append(path)
+    return dirs
+
+
+def _torch_source(torch: str, python_tag: str) -> list[str]:
+    """uv options that make `torch==<torch>` (a CPU build, `+cpu`) resolvable: a local wheel
+    for this interpreter if pip knows of one, else PyTorch's CPU index (uv's torch backend)."""
+    for directory in _pip_find_links():
+        if any(directory.glob(f"torch-{torch}-{python_tag}-*.whl")):
+            return ["--find-links", str(directory)]
+    return ["--torch-backend", "cpu"]
+
+
+def _smoke_store(posargs: list[str]) -> Path:
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--results", type=Path, default=SMOKE_RESULTS)
+    known, _ = parser.parse_known_args(posargs)
+    return Path(known.results).resolve()
+
+
+@nox.session(venv_backend="uv")
+def smoke(session: nox.Session) -> None:
+    """The main job with no GPU: vLLM's CPU build serves a tiny Llama built here (nothing from a
+    model hub); install, preflight, GSM8K run and report. -- RUN_ARGS go to `humming-matrix run`
+    (e.g. --results DIR; default results/smoke). docs/smoke.md."""
+    cell = load_matrix(SMOKE_MATRIX).cell(SMOKE_CELL)
+    store = _smoke_store(session.posargs)
+    env = _session_env(session, cell.session)
+    started = time.monotonic()
+    # uv keys a local project's build on its pyproject.toml, not its sources: rebuild it.
+    session.install("--reinstall-package", "humming-matrix", str(REPO))
+    tag = str(session.run(
+        "python", "-c", "import sys; print('cp%d%d' % sys.version_info[:2])", silent=True
+    )).strip()
+    source = _torch_source(str(cell.torch), tag)
+    session.log(f"torch {cell.torch} for {tag}: {' '.join(source)}")
+    try:
+        session.install(
+            "--excludes", str(SMOKE / "excludes.txt"), *source, *cell.requirements()
+        )
+    except nox.command.CommandFailed:
+        session.run(
+            "humming-matrix", "session", "--matrix", str(SMOKE_MATRIX), "--install-failed",
+            "--install-seconds", f"{time.monotonic() - started:.3f}", cell.session, env=env,
+        )
+        raise
+    session.run("python", str(SMOKE / "vllm_shim.py"))
+    took = f"{time.monotonic() - started:.3f}"
+    session.run("python", str(SMOKE / "tiny_llama.py"), "--out", str(SMOKE_MODEL), env=env)
+    before = set(store.glob("gsm8k__*.json"))
+    session.run(
+        "humming-matrix", "session", "--matrix", str(SMOKE_MATRIX), "--install-seconds", took,
+        "--results", str(store), "--default-config-list", str(SMOKE / "config.txt"),
+        cell.session, "--", *session.posargs, env=env,
+    )
+    reports = [store / "report.md", store / "junit.xml", store / "report.html"]
+    session.run(
+        "humming-matrix", "report", str(store), "--markdown", str(reports[0]),
+        "--junit", str(reports[1]), "--html", str(reports[2]),
+    )
+    if store == SMOKE_RESULTS:
+        # Reports sit beside the records (`report` reads only *.json); git ignores it all.
+        (store / ".gitignore").write_text("*\n", encoding="utf-8")
+    for record in sorted(set(store.glob("gsm8k__*.json")) - before):
+        session.log(f"smoke: record {record}")
+    session.log(f"smoke: install record {env['HUMMING_MATRIX_INSTALL_RECORD']}")
+    session.log(f"smoke: report {' '.join(str(p) for p in reports)}")
