@@ -67,21 +67,44 @@ def phase_reached(text: str) -> StartupPhase:
     return reached
 
 
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def _where(path: str, line: str, func: str, code: str) -> str:
+    short = "/".join(path.split("/")[-3:])
+    return f"{short}:{line} in {func}" + (f": {code}" if code else "")
+
+
 def _exceptions(lines: Iterable[str]) -> Iterator[str]:
-    """The closing `Type: message` line of each traceback, in the order they were printed."""
+    """The closing `Type: message` line of each traceback, in the order they were printed. An
+    exception with no message (a bare `assert`) is told by where it was raised instead."""
     in_traceback = False
+    frame: tuple[str, str, str] | None = None
+    code = ""
     for line in lines:
         if line.strip() == _TRACEBACK:
-            in_traceback = True
+            in_traceback, frame, code = True, None, ""
             continue
-        if not in_traceback or not line.strip() or line.startswith((" ", "\t")):
+        if not in_traceback or not line.strip():
+            continue
+        if line.startswith((" ", "\t")):
+            found = _FRAME.match(line)
+            if found:
+                frame, code = (found["path"], found["line"], found["func"]), ""
+            elif frame is not None and not code and not set(line.strip()) <= set("^~ "):
+                code = line.strip()
             continue
         # The first unindented line after the frames is the exception (carets, `^^^`, are
         # indented and were skipped above).
         match = _EXCEPTION.match(line.strip())
         if match:
             name, message = match.group(1), (match.group(2) or "").strip()
-            yield f"{name}: {message}" if message else name
+            if message:
+                yield f"{name}: {message}"
+            elif frame is not None:
+                yield f"{name} at {_where(*frame, code)}"
+            else:
+                yield name
         in_traceback = False
 
 

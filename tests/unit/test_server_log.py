@@ -59,6 +59,7 @@ def test_prefixes_are_stripped_but_indentation_kept() -> None:
         ),
         ("Traceback (most recent call last):\n  File \"k.py\", line 1\nKeyboardInterrupt\n",
          "KeyboardInterrupt"),
+        ("Traceback (most recent call last):\nKeyboardInterrupt\n", "KeyboardInterrupt"),
     ],
 )
 def test_root_cause_is_the_first_exception_printed(log: str, expected: str | None) -> None:
@@ -91,3 +92,14 @@ def test_gpu_model_runner_lines_and_order() -> None:
     assert phase_reached(loaded) == StartupPhase.WEIGHTS_LOADED
     # A later milestone printed first (interleaved processes) still counts once reached.
     assert phase_reached(warmed + loaded) == StartupPhase.WARMED_UP
+
+
+def test_a_bare_assertion_is_told_by_where_it_was_raised() -> None:
+    # humming-kernels 0.1.3 under vLLM 0.24 on the H200 (results/h200-gsm8k): a shape check
+    # in its kernel is a bare `assert`, so the exception line alone says nothing.
+    text = (DATA / "vllm-0.24-h200-humming-0.1.3-assert.log").read_text(encoding="utf-8")
+    assert root_cause(text) == (
+        "AssertionError at humming/kernel/humming.py:218 in check_shape: "
+        "assert self.problem_shape[2] % self.block_shape[2] == 0"
+    )
+    assert phase_reached(text) == StartupPhase.WEIGHTS_LOADED

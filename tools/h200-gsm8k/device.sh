@@ -22,7 +22,7 @@ set -uo pipefail
 MATRIX_VIA="flag"
 H=${H200_DIR:-/tmp/h200}              # payload, installs, model, results: all under here
 PY=${PYTHON:-python3}                # the image's python (3.12, torch 2.11.0+cu130)
-HANGS="0.1.5"                        # releases known to hang in startup: the short-wait config
+HANGS="0.1.5 0.1.4"                       # releases known to hang in startup: the short-wait config
 RUN_TIMEOUT=${RUN_TIMEOUT:-540}      # one session, start to end; a device call allows 600 s
 # CALL_DEADLINE (epoch seconds, optional): when the device call ends. A run then gets at most
 # the time left (so `timeout` stops it cleanly and it is collected, rather than the device tool
