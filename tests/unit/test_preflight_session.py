@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -206,3 +208,21 @@ def test_wrong_humming_never_reaches_the_preflight(tmp_path: Path, matrix: Path)
     ):
         session(tmp_path, calls, [H200], {}, "0.1.6")
     assert (calls.preflight, calls.commands) == ([], [])
+
+
+def test_a_session_option_after_the_name_is_refused_not_passed_to_run(tmp_path: Path) -> None:
+    record = tmp_path / "install.json"
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(MATRIX)
+    done = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "session", "--matrix", str(matrix),
+         "humming-0.1.19", "--record", str(record), "--", "--config", str(CONFIG)],
+        capture_output=True, text=True, check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "humming-matrix: error: session: '--record' after the session name: session options go "
+        "before the name, arguments for `run` after `--` (humming-matrix session [OPTIONS] NAME "
+        "-- RUN_ARGS)\n"
+    )
+    assert not record.exists()

@@ -143,8 +143,18 @@ def register(sub: Any) -> None:
 
 
 def _split_run_args(args: Sequence[str]) -> list[str]:
+    """The arguments for `run`. argparse's REMAINDER takes everything after the name, so a session
+    option written after it (`NAME --record R -- --config C`) would silently become a run
+    argument, and the preflight would check no config: a `--` after other arguments says so."""
     rest = list(args)
-    return rest[1:] if rest[:1] == ["--"] else rest
+    if rest[:1] == ["--"]:  # some Pythons' argparse keep the separator, others drop it
+        rest = rest[1:]
+    if "--" in rest:
+        raise UsageError(
+            f"session: {rest[0]!r} after the session name: session options go before the name, "
+            "arguments for `run` after `--` (humming-matrix session [OPTIONS] NAME -- RUN_ARGS)"
+        )
+    return rest
 
 
 def _run_arguments(
@@ -202,6 +212,7 @@ def execute(
     environ: Mapping[str, str] | None = None,
 ) -> int:
     environ = os.environ if environ is None else environ
+    _split_run_args(args.run_args)  # refuse a misplaced session option before anything is written
     cell = load_matrix(args.matrix).cell(args.name)
     path = _record_path(args, environ)
     try:
