@@ -690,6 +690,17 @@ def test_a_server_dying_before_ready_is_reported_by_its_root_cause(
     text = log.read_text(encoding="utf-8")
     assert text.index("ValueError: Available memory on node 0") < text.index(
         "RuntimeError: Engine core initialization failed. See root cause above")
+    # The failed start leaves a record: nothing asked, the phase the log reached (the worker
+    # died before loading weights), the same reason, the GPUs unread (no nvidia-smi here).
+    [path] = sorted(side_by_side.dying_store.glob("gsm8k__*.json"))
+    record = load_gsm8k_record(path)
+    assert (record.complete, record.start_failed) == (False, True)
+    assert record.startup is not None
+    assert (record.startup["phase"], record.startup["gpu"]) == ("launched", None)
+    assert record.startup["reason"] == errors[0].removeprefix(
+        "humming-matrix: error: ").removesuffix(f" (log: {log})")
+    assert {q.error for q in record.questions} == {"not asked: the server never became ready"}
+    assert _mode(path) == FILE_MODE
 
 
 def test_ctrl_c_while_asking_leaves_no_process_of_the_server_behind(
