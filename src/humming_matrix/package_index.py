@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import time
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,7 +25,6 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-import httpx
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -132,37 +133,42 @@ class SimpleIndex:
 
     def releases(self, project: str) -> tuple[Release, ...]:
         url = f"{self.url}{canonicalize_name(project)}/"
-        response = self._get(url)
-        if response.status_code == 404:
+        status, content_type, body = self._get(url)
+        if status == 404:
             raise IndexUnavailableError(f"{url}: the index has no project {project!r}")
-        if response.status_code != 200:
-            raise IndexUnavailableError(f"{url}: HTTP {response.status_code}")
-        if response.headers.get("content-type", "").split(";")[0].strip() == _JSON_TYPE:
-            return _collect(self._json_files(response, url), project)
+        if status != 200:
+            raise IndexUnavailableError(f"{url}: HTTP {status}")
+        if content_type.split(";")[0].strip() == _JSON_TYPE:
+            return _collect(self._json_files(body, url), project)
         parser = _AnchorParser()
-        parser.feed(response.text)
+        parser.feed(body.decode("utf-8", errors="replace"))
         return _collect(parser.files, project)
 
-    def _get(self, url: str) -> httpx.Response:
+    def _get(self, url: str) -> tuple[int, str, bytes]:
+        """(status, content type, body); 5xx and connection failures are retried."""
+        # Three GETs in the whole tool: the standard library's client (it follows redirects)
+        # rather than a second HTTP dependency beside aiohttp.
         last = ""
-        with httpx.Client(timeout=self.timeout, follow_redirects=True) as client:
-            for attempt in range(_RETRIES):
-                if attempt:
-                    self.sleep(0.5 * 2**attempt)
-                try:
-                    response = client.get(url, headers={"Accept": _ACCEPT})
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                    continue
-                if response.status_code < 500:
-                    return response
-                last = f"HTTP {response.status_code}"
+        request = urllib.request.Request(url, headers={"Accept": _ACCEPT})
+        for attempt in range(_RETRIES):
+            if attempt:
+                self.sleep(0.5 * 2**attempt)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as answer:
+                    return answer.status, answer.headers.get("content-type", ""), answer.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code < 500:
+                    return exc.code, exc.headers.get("content-type", ""), exc.read()
+                last = f"HTTP {exc.code}"
+            except (OSError, ValueError) as exc:
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                last = f"{type(reason).__name__}: {reason}"
         raise IndexUnavailableError(f"{url}: no answer after {_RETRIES} tries ({last})")
 
     @staticmethod
-    def _json_files(response: httpx.Response, url: str) -> list[tuple[str, bool]]:
+    def _json_files(body: bytes, url: str) -> list[tuple[str, bool]]:
         try:
-            data = response.json()
+            data = json.loads(body)
             # PEP 691: `yanked` is false, true, or the reason (a string): any reason means yanked.
             return [(f["filename"], f.get("yanked") not in (False, None)) for f in data["files"]]
         except (ValueError, KeyError, TypeError) as exc:
