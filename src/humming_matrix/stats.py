@@ -13,12 +13,14 @@ Methods (and why):
   Statistical Science 16:101-133, 2001), which behaves near 0 and 1 where the Wald interval fails.
 - Paired difference: Newcombe's hybrid score interval for paired proportions, "method 10" of
   R. G. Newcombe, "Improved confidence intervals for the difference between binomial proportions
-  based on paired data", Statistics in Medicine 17:2635-2650 (1998). It combines the Wilson limits
-  of both accuracies with the observed correlation phi between the runs, so it is narrow when the
-  runs agree on most questions (the usual case for two kernel versions) and never degenerates to a
-  zero-width interval when b + c = 0. phi is the plain phi coefficient (ad - bc) / sqrt(product of
-  the margins), taken as 0 when a margin is empty, without the n/2 continuity adjustment of the
-  continuity-corrected "method 11".
+  based on paired data", Statistics in Medicine 17:2635-2650 (1998), the "Newcombe
+  square-and-add" interval of Fagerland, Lydersen & Laake, Statistical Analysis of Contingency
+  Tables (2017), ch. 8. It combines the Wilson limits of both accuracies with a correlation
+  estimate between the runs, so it is narrow when the runs agree on most questions (the usual
+  case for two kernel versions). The correlation is method 10's, not the plain phi coefficient:
+  with A = ad - bc it is (A - n/2) / sqrt(product of the margins) when A > n/2, 0 when
+  0 <= A <= n/2, A / sqrt(...) when A < 0, and 0 when a margin is empty. The n/2 shrinkage is
+  what keeps the interval from collapsing to zero width when b = c = 0 (the plain phi is then 1).
 - Test: the exact McNemar test conditions on the m = b + c discordant questions, under which b is
   Binomial(m, 1/2) when neither run is better. The one-sided mid-p (Lancaster 1961) counts half
   the probability of the observed count: P(X > b) + P(X = b) / 2. The plain exact p-value is
@@ -123,11 +125,21 @@ def paired_difference_interval(table: PairedTable, confidence: float = 0.95) -> 
 
 
 def _phi(table: PairedTable) -> float:
+    """Method 10's correlation estimate (module docstring): phi with A = ad - bc shrunk by n/2."""
     a, b, c, d = table.both_right, table.right_to_wrong, table.wrong_to_right, table.both_wrong
     margins = (a + b) * (c + d) * (a + c) * (b + d)
     if margins == 0:
         return 0.0
-    return max(-1.0, min(1.0, (a * d - b * c) / math.sqrt(margins)))
+    # Twice A against n keeps the test exact in integers (n/2 is a half for odd n).
+    twice = 2 * (a * d - b * c)
+    n = table.n
+    if twice > n:
+        numerator = (twice - n) / 2.0
+    elif twice >= 0:
+        return 0.0
+    else:
+        numerator = float(a * d - b * c)
+    return max(-1.0, min(1.0, numerator / math.sqrt(margins)))
 
 
 def _combine(x: float, y: float, phi: float) -> float:
