@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ from humming_matrix.compare import (
     Verdict,
     compare_records,
     find_calibration,
+    in_family,
     load_records,
 )
 from humming_matrix.errors import RecordError
 from humming_matrix.report_kernels import KernelSection, build_kernel_section
-from humming_matrix.report_lm_eval import LmEvalSection, build_lm_eval_section
+from humming_matrix.report_lm_eval import LmEvalSection, build_lm_eval_section, metric_status
 from humming_matrix.report_rows import RowStatus, choose_baseline, version_key
 from humming_matrix.stats import Interval, wilson_interval
 
@@ -165,6 +166,7 @@ def build_report(
                 settings,
             )
         )
+    rows, lm_eval = _judge_family(rows, lm_eval)
     rows.sort(key=lambda r: (r.status.rank, r.config, version_key(r.cell)))
     environments = {
         cell: max((r for r in records if r.cell == cell), key=lambda x: x.order).record.environment
@@ -173,6 +175,35 @@ def build_report(
     return StoreReport(
         store, settings, baseline, tuple(rows), cells, configs, environments, kernels, lm_eval
     )
+
+
+def _judge_family(
+    rows: list[Row], lm_eval: LmEvalSection | None
+) -> tuple[list[Row], LmEvalSection | None]:
+    """Each section's compared rows are one family (all GSM8K cells; all lm-eval rows): Holm's
+    adjustment keeps the chance of any false regression in a section at most alpha, however
+    many versions and configs share the baseline run. (A section is what a reader, or a CI step
+    reading the JUnit, takes as one verdict; `compare`, one gate, judges all it holds as one.)"""
+    gsm = [(i, r.comparison) for i, r in enumerate(rows) if r.comparison is not None]
+    for (i, c), test in zip(gsm, in_family([c.test for _, c in gsm]), strict=True):
+        comparison = replace(c, test=test)
+        rows[i] = replace(rows[i], comparison=comparison, status=_status(comparison))
+    if lm_eval is None:
+        return rows, None
+    lm_rows = list(lm_eval.rows)
+    lm = [(i, r.comparison) for i, r in enumerate(lm_rows) if r.comparison is not None]
+    for (i, m), test in zip(lm, in_family([m.test for _, m in lm]), strict=True):
+        metric = replace(m, test=test)
+        lm_rows[i] = replace(lm_rows[i], comparison=metric, status=metric_status(metric))
+    lm_rows.sort(key=lambda r: (r.status.rank, r.config, r.task, r.key, version_key(r.cell)))
+    return rows, replace(lm_eval, rows=tuple(lm_rows))
+
+
+def _status(comparison: ConfigComparison) -> RowStatus:
+    status = _FROM_VERDICT[comparison.verdict]
+    if status is not RowStatus.REGRESSION and not comparison.candidate.passed_threshold:
+        return RowStatus.BELOW_THRESHOLD
+    return status
 
 
 def _row(
@@ -229,10 +260,7 @@ def _row(
         comparison = compare_records(base, loaded, settings, calibration)
     except RecordError as exc:
         return row(RowStatus.NOT_COMPARED, note=exc.detail)
-    status = _FROM_VERDICT[comparison.verdict]
-    if status is not RowStatus.REGRESSION and not comparison.candidate.passed_threshold:
-        status = RowStatus.BELOW_THRESHOLD
-    return row(status, comparison)
+    return row(_status(comparison), comparison)
 
 
 def seconds_cell(value: float | None) -> str:

@@ -470,7 +470,7 @@ def _lm_eval_html(section: LmEvalSection) -> list[str]:
         f'<p id="lm-eval-summary"><strong>{len(section.failures)} failing</strong> of '
         f"{plural(len(section.rows), 'result')} ({plural(len(section.configs), 'config')} × "
         f"{plural(len(section.cells), 'environment')}). Baseline: {e(section.baseline.label)}. "
-        f"Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a drop of at least "
+        f"Regression: one-sided exact McNemar p (Holm) &lt; {s.alpha:g} and a drop of at least "
         f"{plural(100 * s.min_effect, 'point')}; below threshold: lm-eval's pass rule, measured "
         "&gt;= value × (1 - rtol).</p>",
         _lm_eval_rows(section),
@@ -490,7 +490,7 @@ def _gsm8k_html(report: StoreReport) -> list[str]:
         f'<p id="summary"><strong>{len(report.failures)} failing</strong> '
         f"of {plural(len(report.rows), 'result')} ({plural(len(report.configs), 'config')} × "
         f"{plural(len(report.cells), 'environment')}) in <code>{e(report.store)}</code>. "
-        f"Baseline: {e(base)}. Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a "
+        f"Baseline: {e(base)}. Regression: one-sided exact McNemar p (Holm) &lt; {s.alpha:g} and a "
         f"drop of at least {plural(100 * s.min_effect, 'point')}. "
         "Accuracy in %, Δ in points, 95% intervals (Wilson; Newcombe paired). MDE: the "
         "smallest drop detectable at 80% power.</p>",

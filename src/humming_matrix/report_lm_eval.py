@@ -80,6 +80,15 @@ class LmEvalSection:
         return tuple(r for r in self.rows if r.status.failed)
 
 
+def metric_status(m: MetricComparison) -> RowStatus:
+    """A compared row's status: its verdict, or "below threshold" when it misses its pass rule."""
+    status = _FROM_VERDICT[m.verdict]
+    if status is not RowStatus.REGRESSION and m.backstop is not None and backstop_failed(
+            m.backstop):
+        return RowStatus.BELOW_THRESHOLD
+    return status
+
+
 def _session(loaded: LoadedLmEvalRecord) -> str:
     session = loaded.record.environment.get("session")
     return str(session) if session else f"humming-{loaded.cell.humming or 'unknown'}"
@@ -153,11 +162,7 @@ def _rows(
         return unjudged(RowStatus.NOT_COMPARED, exc.detail)
     out = []
     for m in judged.metrics:
-        status = _FROM_VERDICT[m.verdict]
-        if status is not RowStatus.REGRESSION and m.backstop is not None and backstop_failed(
-                m.backstop):
-            status = RowStatus.BELOW_THRESHOLD
-        out.append(row(m.task, m.key, status, m.candidate, m))
+        out.append(row(m.task, m.key, metric_status(m), m.candidate, m))
     for c in judged.unpaired_checks:
         status = RowStatus.BELOW_THRESHOLD if backstop_failed(c) else RowStatus.THRESHOLD_ONLY
         out.append(row(c.task, c.key, status))

@@ -137,7 +137,8 @@ def comparison_markdown(comparison: Comparison) -> str:
         "",
         f"**{'FAIL' if failed else 'PASS'}**: the gate fails for {failed} of "
         f"{plural(len(comparison.configs), 'config')} (regression: one-sided "
-        f"McNemar mid-p < {s.alpha:g} and a drop of at least {plural(100 * s.min_effect, 'point')}"
+        f"exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
+        f"{plural(100 * s.min_effect, 'point')}"
         "; or below the config's absolute threshold).",
         "",
         *table(
@@ -211,7 +212,7 @@ def _summary(report: StoreReport) -> list[str]:
         f"**{failing} failing** of {plural(len(report.rows), 'result')} "
         f"({plural(len(report.configs), 'config')} x "
         f"{plural(len(report.cells), 'environment')}) in `{report.store}`. Baseline: {base}. "
-        f"Regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"Regression: one-sided exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
         f"{plural(100 * s.min_effect, 'point')}; accuracy in %, Δ in points, 95% intervals "
         "(Wilson; Newcombe paired); MDE: smallest drop detectable at 80% power.",
     ]
@@ -403,7 +404,7 @@ def _lm_eval_summary(section: LmEvalSection) -> list[str]:
         f"**{len(section.failures)} failing** of {plural(len(section.rows), 'result')} "
         f"({plural(len(section.configs), 'config')} x "
         f"{plural(len(section.cells), 'environment')}). Baseline: {section.baseline.label}. "
-        f"Regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"Regression: one-sided exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
         f"{plural(100 * s.min_effect, 'point')}; below threshold: lm-eval's pass rule, measured "
         ">= value * (1 - rtol). Accuracy: full credit on the paired documents, in %, 95% "
         "intervals (Wilson; Newcombe paired).",

@@ -182,13 +182,14 @@ def markdown_table(text: str, heading: str) -> list[list[str]]:
     return rows
 
 
-STRICT_BACKSTOP_FAIL = "FAIL (0.5500 vs 0.9 * (1 - 0.08) = 0.8280)"
+STRICT_BACKSTOP_FAIL = "FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280)"
 # One row per (version, config, task, metric): worst first, then by metric.
 LM_EVAL_ROWS = [
-    ["❌", "Model-FP8", "gsm8k", STRICT, "0.1.10", "humming-0.1.10", "55.00 [34.21, 74.18]",
-     "-30.00 [-53.82, -0.16]", "8 / 2", "0.0327", "n/a", STRICT_BACKSTOP_FAIL, "regression"],
+    ["❌", "Model-FP8", "gsm8k", STRICT, "0.1.10", "humming-0.1.10", "35.00 [18.12, 56.71]",
+     "-50.00 [-71.73, -15.81]", "12 / 2", "0.00369", "53.36", STRICT_BACKSTOP_FAIL,
+     "regression"],
     ["⚠️", "Model-FP8", "gsm8k", FLEXIBLE, "0.1.10", "humming-0.1.10", "95.00 [76.39, 99.11]",
-     "+5.00 [-9.62, +22.53]", "0 / 1", "0.25", "30.81",
+     "+5.00 [-12.79, +24.25]", "0 / 1", "0.25", "36.65",
      "pass (0.9500 vs 0.9 * (1 - 0.08) = 0.8280)", "inconclusive"],
     ["✅", "Model-FP8", "gsm8k", FLEXIBLE, "0.1.6", "humming-0.1.6", "90.00 [69.90, 97.21]",
      "", "", "", "", "pass (0.9000 vs 0.9 * (1 - 0.08) = 0.8280)", "baseline"],
@@ -240,15 +241,16 @@ def test_junit_has_a_testcase_per_lm_eval_metric_and_kernel_case(rendered: Path)
     failure = regression.find("failure")
     assert failure is not None
     assert failure.get("message", "").startswith(
-        f"Model-FP8 gsm8k {STRICT}: regression: 0.8500 -> 0.5500 (-30.00 points, 95% CI "
-        "[-53.82, -0.16]) on 20 paired documents; b=8 c=2; mid-p(worse) 0.0327 vs alpha 0.05; ")
+        f"Model-FP8 gsm8k {STRICT}: regression: 0.8500 -> 0.3500 (-50.00 points, 95% CI "
+        "[-71.73, -15.81]) on 20 paired documents; b=12 c=2; mid-p(worse) 0.00369, gated p "
+        "(Holm over 2) 0.0129 vs alpha 0.05; ")
     assert failure.get("message", "").endswith(f"; backstop {STRICT_BACKSTOP_FAIL}")
     assert "\n  12: '13' -> '[invalid]'" in (failure.text or "")
     props = {p.get("name"): p.get("value") for p in regression.iter("property")}
     assert (props["kind"], props["b_right_to_wrong"], props["c_wrong_to_right"]) == (
-        "lm-eval", "8", "2")
+        "lm-eval", "12", "2")
     assert (props["accuracy"], props["measured"], props["passed_threshold"]) == (
-        "0.55", "0.55", "false")
+        "0.35", "0.35", "false")
     assert props["flipped_documents"] == " ".join(str(d) for d, _ in STRICT_FLIPS)
     assert [c.find("failure") is None and c.find("error") is None for c in cases[-3:]] == [
         True, True, True]
@@ -295,7 +297,7 @@ def test_report_renders_in_chromium(
     rows = seen["rows"]
     assert [(r["cells"][0], r["cells"][1], r["cells"][-1]) for r in rows] == [
         ("double", "0.1.10", "regression"),
-        ("double", "0.1.7", "no change"),
+        ("double", "0.1.7", "no change detected"),
         ("double", "0.1.6", "baseline"),
     ]
     assert all(r["height"] > 0 for r in rows)

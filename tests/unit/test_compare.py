@@ -103,10 +103,13 @@ SETTINGS = Settings()
 @pytest.mark.parametrize(
     ("b", "c", "n", "min_effect", "verdict"),
     [
-        (4, 0, 400, 0.01, Verdict.REGRESSION),  # exactly one point, mid-p 1/32 < 0.05
-        (3, 0, 300, 0.01, Verdict.INCONCLUSIVE),  # one point but mid-p 1/16
+        (5, 0, 500, 0.01, Verdict.REGRESSION),  # exactly one point, exact p 1/32 < 0.05
+        # one point, mid-p 1/32 < 0.05 but the gated exact p is 1/16: mid-p's size exceeds alpha
+        (4, 0, 400, 0.01, Verdict.INCONCLUSIVE),
+        (3, 0, 300, 0.01, Verdict.INCONCLUSIVE),  # one point but exact p 1/8
         (5, 0, 1000, 0.01, Verdict.NO_CHANGE),  # significant (1/64) but half a point
-        (0, 4, 400, 0.01, Verdict.IMPROVEMENT),
+        (0, 5, 500, 0.01, Verdict.IMPROVEMENT),
+        (0, 4, 400, 0.01, Verdict.INCONCLUSIVE),
         (0, 3, 300, 0.01, Verdict.INCONCLUSIVE),
         (0, 0, 40, 0.01, Verdict.NO_CHANGE),
         (20, 20, 40, 0.01, Verdict.NO_CHANGE),
@@ -168,8 +171,9 @@ def test_regression_fails_the_gate_and_the_line_says_why() -> None:
         "cfg: regression: 1.0000 -> 0.9500 (-5.00 points, 95% CI "
         f"[{100 * result.difference_interval.low:+.2f}, "
         f"{100 * result.difference_interval.high:+.2f}]) on 200 paired questions; b=10 c=0; "
-        f"mid-p(worse) {0.5**11:.3g} vs alpha 0.05; min effect 1, MDE "
-        f"{100 * result.mde:.2f} points"  # type: ignore[operator]
+        f"mid-p(worse) {0.5**11:.3g}, gated p (exact) {0.5**10:.3g} vs alpha 0.05; min effect "
+        "1, verdict MDE "
+        f"{100 * result.mde:.2f} points at 0% discordance (2 min(b, c)/n)"  # type: ignore[operator]
     )
 
 

@@ -16,10 +16,13 @@ from humming_matrix.stats import (
     PairedTable,
     binomial_upper_tail,
     critical_count,
+    improvement_exact,
     improvement_midp,
+    mcnemar_exact,
     mcnemar_midp,
     minimum_detectable_effect,
     paired_difference_interval,
+    regression_exact,
     regression_midp,
     regression_power,
     wilson_interval,
@@ -364,3 +367,51 @@ def test_method_10_matches_an_independent_implementation_on_random_tables() -> N
         ci = paired_difference_interval(t)
         assert ci.low == pytest.approx(max(-1.0, low), abs=1e-9), t
         assert ci.high == pytest.approx(min(1.0, high), abs=1e-9), t
+
+
+# --- the exact conditional test the gate blocks on ----------------------------------------------
+
+
+def scipy_exact(k: int, m: int) -> float:
+    return 1.0 if m == 0 else float(sp.binomtest(k, m, 0.5, alternative="greater").pvalue)
+
+
+@pytest.mark.parametrize(("k", "m"), [(0, 0), (0, 1), (1, 1), (5, 5), (4, 4), (8, 10), (12, 14),
+                                      (700, 1319), (0, 1319), (1319, 1319), (40, 66)])
+def test_exact_p_matches_scipy(k: int, m: int) -> None:
+    assert mcnemar_exact(k, m) == pytest.approx(scipy_exact(k, m), rel=1e-9, abs=1e-300)
+
+
+def test_exact_p_of_tables() -> None:
+    table = PairedTable(5, 12, 2, 1)
+    assert regression_exact(table) == (91 + 14 + 1) / 2**14
+    assert improvement_exact(table) == pytest.approx(scipy_exact(2, 14), rel=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.0125, 0.01])
+def test_exact_critical_count_matches_scipy_and_keeps_size_at_every_count(alpha: float) -> None:
+    """The gate's test: at every number of discordant questions its size is at most alpha
+    (computed by scipy's binomial tail, independent of stats)."""
+    for m in [*range(60), 250, 1319]:
+        passing = [k for k in range(m + 1) if scipy_exact(k, m) < alpha]
+        expected = min(passing) if passing else None
+        assert critical_count(m, alpha, mid=False) == expected, m
+        if expected is not None:
+            assert sp.binom.sf(expected - 1, m, 0.5) < alpha
+
+
+def test_mid_p_size_exceeds_alpha_at_some_counts() -> None:
+    """Why the gate does not block on mid-p: conditional on the discordant count its size goes
+    above alpha (exactly, by scipy's binomial tail: 7.30% at m = 12 at alpha 0.05)."""
+    sizes = {m: float(sp.binom.sf(critical_count(m, 0.05) - 1, m, 0.5))  # type: ignore[operator]
+             for m in range(5, 200)}
+    assert max(sizes, key=lambda m: sizes[m]) == 12
+    assert round(sizes[12], 4) == 0.0730
+
+
+def test_verdict_power_counts_the_minimum_effect() -> None:
+    """With min_net the verdict needs b - c >= min_net as well as the test: at 1319 questions
+    and no noise a one-point drop (13.19 questions) needs 14 net flips."""
+    assert regression_power(1319, 0.0, 0.01, 0.05, min_net=14, mid=False) < regression_power(
+        1319, 0.0, 0.01, 0.05, min_net=0, mid=False)
+    assert regression_power(1319, 0.02, 0.0, 0.05, min_net=14, mid=False) <= 0.05
