@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.compare import (
-    FLIPS_SHOWN,
     Cell,
     FlipDirection,
     PairedTest,
@@ -34,12 +33,8 @@ from humming_matrix.lmeval.record import LmEvalRecord, MetricCheck, load_lm_eval
 from humming_matrix.lmeval.record import Verdict as CheckVerdict
 from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outcomes
 from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
-from humming_matrix.report_markdown import cell, plural, table
-from humming_matrix.report_rows import accuracy_cell, paired_cells
 from humming_matrix.results import RecordKind, record_paths
 from humming_matrix.stats import Interval, PairedTable, wilson_interval
-
-TARGET_SHOWN = 40  # characters of a target in text and Markdown (GSM8K's is a whole solution)
 
 
 @dataclass(frozen=True)
@@ -436,67 +431,3 @@ def compare_lm_eval_locations(baseline: Path, candidate: Path,
     return LmEvalComparison(
         settings, tuple(compare_lm_eval_records(base[n], cand[n], settings) for n in sorted(base))
     ).in_family()
-
-
-# --- Markdown -------------------------------------------------------------------------------
-
-
-def short(text: str, limit: int = TARGET_SHOWN) -> str:
-    """One line, at most `limit` characters, keeping the end (where GSM8K's `#### n` sits)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else "…" + flat[-(limit - 1):]
-
-
-def _row(m: MetricComparison) -> list[object]:
-    return [
-        m.config, m.task, m.key,
-        accuracy_cell(m.baseline.accuracy, m.baseline.interval),
-        accuracy_cell(m.candidate.accuracy, m.candidate.interval),
-        *paired_cells(m),
-        "not gated" if m.backstop is None else backstop_text(m.backstop),
-        m.verdict.value,
-    ]
-
-
-def _flips_table(flips: Sequence[DocFlip]) -> list[str]:
-    shown = flips[:FLIPS_SHOWN]
-    lines = table(["document", "target", "baseline", "candidate", "flip"],
-                  [[f.doc_id, short(f.target), short(f.baseline_prediction),
-                    short(f.candidate_prediction), f.direction.value] for f in shown])
-    if len(shown) < len(flips):
-        lines.append(f"\n{len(flips) - len(shown)} more flips in the JSON report.")
-    return lines
-
-
-def lm_eval_comparison_markdown(comparison: LmEvalComparison) -> str:
-    s = comparison.settings
-    metrics = comparison.metrics
-    lines = [
-        "## humming-matrix compare: lm-eval",
-        "",
-        f"**{'FAIL' if comparison.gate_failed else 'PASS'}**: the gate fails for "
-        f"{comparison.failed} of {plural(comparison.judged, 'metric')} (regression: one-sided "
-        f"exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
-        f"{plural(100 * s.min_effect, 'point')}; or the candidate misses lm-eval's pass rule, "
-        "measured >= value * (1 - rtol)).",
-        "",
-        *table(["config", "task", "metric,filter", "baseline % (95% CI)",
-                "candidate % (95% CI)", "Δ points (95% CI)", "b / c", "mid-p", "MDE",
-                "backstop", "verdict"], [_row(m) for m in metrics]),
-    ]
-    unpaired = [(cfg.config, c) for cfg in comparison.configs for c in cfg.unpaired_checks]
-    if unpaired:
-        lines += ["", "Checked by the backstop only (no 0/1 outcome per document to pair):", "",
-                  *table(["config", "task", "metric,filter", "backstop"],
-                         [[name, c.task, c.key, backstop_text(c)] for name, c in unpaired])]
-    for cfg in comparison.configs:
-        for m in cfg.metrics:
-            lines += ["", f"### {cell(m.name)}: {m.verdict.value}", "", f"`{m.line()}`", "",
-                      f"- baseline: {cfg.baseline.cell.label}; run `{cfg.baseline.run_id}` "
-                      f"({cfg.baseline.created})",
-                      f"- candidate: {cfg.candidate.cell.label}; run `{cfg.candidate.run_id}` "
-                      f"({cfg.candidate.created})"]
-            if m.flips:
-                lines += ["", *_flips_table(m.flips)]
-    return "\n".join(lines) + "\n"
-

@@ -115,6 +115,36 @@ class StoreReport:
         """GSM8K rows that fail (the sections count their own)."""
         return tuple(r for r in self.rows if r.status.failed)
 
+    def noise_floors(self) -> dict[str, Calibration | None]:
+        """Per config, the A/A pair of the baseline cell (two complete runs of it): the noise
+        floor the config's rows are judged against (their verdict MDE assumes its discordance);
+        None where the store holds no repeat of the baseline."""
+        floors: dict[str, Calibration | None] = {}
+        for config in self.configs:
+            row = self.baseline_row(config)
+            floors[config] = None if row is None else row.calibration
+        return floors
+
+    def noise_floor_text(self) -> str:
+        """What every renderer says about the noise floor, including that there is none."""
+        parts, missing = [], []
+        for config, cal in self.noise_floors().items():
+            if cal is None:
+                missing.append(config)
+            else:
+                parts.append(
+                    f"{config} {cal.discordant}/{cal.n} questions discordant "
+                    f"({100 * cal.rate:.2f}%)"
+                )
+        text = "Noise floor (A/A repeats of the baseline): " + ("; ".join(parts) or "none")
+        if missing:
+            text += (
+                f". No A/A repeat of the baseline for {', '.join(missing)}: the MDE there assumes "
+                "2 min(b, c)/n of each pair; run the baseline cell twice into the store to "
+                "measure the floor"
+            )
+        return text + "."
+
     def baseline_row(self, config: str) -> Row | None:
         for row in self.rows:
             if row.config == config and row.status is RowStatus.BASELINE:

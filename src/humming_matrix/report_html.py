@@ -493,7 +493,8 @@ def _gsm8k_html(report: StoreReport) -> list[str]:
         f"Baseline: {e(base)}. Regression: one-sided exact McNemar p (Holm) &lt; {s.alpha:g} and a "
         f"drop of at least {plural(100 * s.min_effect, 'point')}. "
         "Accuracy in %, Δ in points, 95% intervals (Wilson; Newcombe paired). MDE: the "
-        "smallest drop detectable at 80% power.</p>",
+        "drop the verdict catches with 80% power.</p>",
+        f'<p id="noise-floor">{e(report.noise_floor_text())}</p>',
         "<h2>Results</h2>",
         _main_table(report),
         '<h2>Plots</h2><div class="panels">',

@@ -9,9 +9,8 @@ from humming_matrix.compare_lm_eval import (
     MetricComparison,
     backstop_failed,
     backstop_text,
-    short,
 )
-from humming_matrix.report_markdown import plural
+from humming_matrix.report_markdown import plural, short
 
 
 def _block(c: ConfigComparison) -> list[str]:

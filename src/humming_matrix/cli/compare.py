@@ -16,14 +16,10 @@ from humming_matrix.compare import (
     in_family,
     record_kinds,
 )
-from humming_matrix.compare_lm_eval import (
-    LmEvalComparison,
-    compare_lm_eval_locations,
-    lm_eval_comparison_markdown,
-)
+from humming_matrix.compare_lm_eval import LmEvalComparison, compare_lm_eval_locations
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.report import write_text
-from humming_matrix.report_markdown import comparison_markdown
+from humming_matrix.report_markdown import comparison_markdown, lm_eval_comparison_markdown
 from humming_matrix.report_text import comparison_text, lm_eval_comparison_text
 from humming_matrix.results import RecordKind, record_paths
 
