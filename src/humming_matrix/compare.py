@@ -161,6 +161,10 @@ class LoadedRecord:
     def order(self) -> tuple[str, str]:
         return (self.record.created, self.record.run_id)
 
+    @property
+    def complete(self) -> bool:
+        return self.record.complete
+
 
 class Selectable(Protocol):
     """What `select` needs of a loaded record, whatever its kind."""
@@ -173,6 +177,9 @@ class Selectable(Protocol):
 
     @property
     def order(self) -> tuple[str, str]: ...
+
+    @property
+    def complete(self) -> bool: ...
 
 
 LoadedT = TypeVar("LoadedT", bound=Selectable)
@@ -782,9 +789,20 @@ def load_records(location: Path) -> list[LoadedRecord]:
     return [LoadedRecord(p, load_gsm8k_record(p)) for p in record_paths(location, RecordKind.GSM8K)]
 
 
+def the_record(runs: Sequence[LoadedT]) -> LoadedT:
+    """The one lookup policy for "the record of this config in this environment": the newest
+    COMPLETE run (repeats of one environment are interchangeable measurements; an older complete
+    one beats a newer run that stopped early or never started). Only when no run is complete is
+    the newest returned, for the caller to refuse (compare) or show as incomplete (report)."""
+    if not runs:
+        raise ValueError("no runs to choose from")
+    complete = [r for r in runs if r.complete]
+    return max(complete or runs, key=lambda r: r.order)
+
+
 def select(location: Path, records: Sequence[LoadedT]) -> dict[str, LoadedT]:
-    """One record per config from one side: the newest. A side holding one config from two
-    environments is ambiguous and refused."""
+    """One record per config from one side (`the_record`). A side holding one config from two
+    environments is ambiguous and refused: which one was meant cannot be guessed."""
     by_config: dict[str, list[LoadedT]] = defaultdict(list)
     for loaded in records:
         by_config[loaded.config_name].append(loaded)
@@ -798,7 +816,7 @@ def select(location: Path, records: Sequence[LoadedT]) -> dict[str, LoadedT]:
                 f"records from {len(cells)} environments ({'; '.join(cells)}); "
                 "pass one record file or a directory of one environment",
             )
-        chosen[name] = max(group, key=lambda x: x.order)
+        chosen[name] = the_record(group)
     return chosen
 
 

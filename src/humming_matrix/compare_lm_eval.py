@@ -54,6 +54,10 @@ class LoadedLmEvalRecord:
     def order(self) -> tuple[str, str]:
         return (self.record.created, self.record.run_id)
 
+    @property
+    def complete(self) -> bool:
+        return self.record.complete
+
 
 @dataclass(frozen=True)
 class Run:

@@ -25,6 +25,7 @@ from humming_matrix.compare import (
     find_calibration,
     in_family,
     load_records,
+    the_record,
 )
 from humming_matrix.errors import RecordError
 from humming_matrix.report_kernels import KernelSection, build_kernel_section
@@ -57,7 +58,7 @@ class Row:
     config: str
     cell: Cell
     session: str
-    record: LoadedRecord  # the newest record of this (cell, config)
+    record: LoadedRecord  # the record of this (cell, config): `compare.the_record`
     runs: int  # how many records of this (cell, config) the store holds
     correct: int
     n: int
@@ -180,7 +181,7 @@ def build_report(
     configs = tuple(sorted({name for _, name in groups}))
     baseline = choose_baseline(cells, baseline_version) if records else None
 
-    newest = {key: max(group, key=lambda x: x.order) for key, group in groups.items()}
+    newest = {key: the_record(group) for key, group in groups.items()}
     rows = []
     for (cell, name), loaded in newest.items():
         base = newest.get((baseline, name)) if baseline is not None else None

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from humming_matrix.compare import Cell, Settings, Verdict
+from humming_matrix.compare import Cell, Settings, Verdict, the_record
 from humming_matrix.compare_lm_eval import (
     LoadedLmEvalRecord,
     MetricComparison,
@@ -106,7 +106,7 @@ def build_lm_eval_section(
     cells = tuple(sorted({cell for cell, _ in groups}, key=version_key))
     baseline = choose_baseline(cells, baseline_version, "lm-eval ")
     assert baseline is not None  # records is not empty; narrows the type
-    newest = {key: max(group, key=lambda x: x.order) for key, group in groups.items()}
+    newest = {key: the_record(group) for key, group in groups.items()}
     rows: list[LmEvalRow] = []
     for (cell, name), loaded in newest.items():
         rows += _rows(loaded, len(groups[(cell, name)]), newest.get((baseline, name)),

@@ -277,10 +277,21 @@ def test_a_side_with_two_environments_is_refused(tmp_path: Path) -> None:
         compare_locations(base, cand, SETTINGS)
 
 
-def test_newest_incomplete_record_is_refused(tmp_path: Path) -> None:
-    older = make_record()
+def test_the_record_of_a_config_is_the_newest_complete_one(tmp_path: Path) -> None:
+    """One lookup policy (`compare.the_record`, also the report's): complete records only; a
+    newer run that stopped early does not hide an older complete one."""
+    older = make_record(wrong=[7])
     partial = make_record(complete=False)  # made second: the newer run
     base = store(tmp_path / "base", older, partial)
+    cand = store(tmp_path / "cand", make_record(version="0.1.10"))
+    [config] = compare_locations(base, cand, SETTINGS).configs
+    assert config.baseline.run_id == older.run_id
+    assert (config.table.right_to_wrong, config.table.wrong_to_right) == (0, 1)
+
+
+def test_a_side_with_only_an_incomplete_record_is_refused(tmp_path: Path) -> None:
+    partial = make_record(complete=False)
+    base = store(tmp_path / "base", partial)
     cand = store(tmp_path / "cand", make_record(version="0.1.10"))
     with pytest.raises(RecordError) as refused:
         compare_locations(base, cand, SETTINGS)
