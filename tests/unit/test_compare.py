@@ -447,3 +447,13 @@ def test_cli_refuses_to_pair_gsm8k_with_kernel_records(
         f"humming-matrix: error: nothing to pair: {base} holds gsm8k records and {cand} holds "
         "kernels records\n"
     )
+
+
+def test_compare_help_has_single_percent_signs(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse does not %-format a description: a "%%" there reached the user doubled."""
+    with pytest.raises(SystemExit) as done:
+        main(["compare", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "accuracies with 95% Wilson intervals" in text
+    assert "%%" not in text
