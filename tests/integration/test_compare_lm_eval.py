@@ -48,9 +48,13 @@ def only_path(store: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs(lm_eval_runs: Path) -> Path:
+    """build_lm_eval_runs, made once per session (conftest) and only read here."""
+    return lm_eval_runs
+
+
+def build_lm_eval_runs(root: Path) -> Path:
     """Two real lm-eval runs (store/v0.1.6, store/v0.1.10) and one short GSM8K run (gsm8k/)."""
-    root = tmp_path_factory.mktemp("lm-eval-runs")
     config = write_config(root, strict=0.9, flexible=0.9)  # threshold 0.9 * 0.92 = 0.828
     for version, policy in (("0.1.6", BASELINE), ("0.1.10", CANDIDATE)):
         done = cli("lm-eval", "--config", config, "--results", root / "store" / f"v{version}",

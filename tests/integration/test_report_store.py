@@ -32,9 +32,9 @@ from humming_matrix.report import RowStatus, build_report
 from humming_matrix.server import free_port
 
 from .runner_harness import cli
-from .test_compare_lm_eval import BASELINE, CANDIDATE, STRICT_FLIPS
-from .test_compare_runs import WRONG_BEFORE_0_1_10, WRONG_FROM_0_1_10, build_run_store, run_env
-from .test_lm_eval import FLEXIBLE, STRICT, write_config
+from .test_compare_lm_eval import STRICT_FLIPS
+from .test_compare_runs import WRONG_BEFORE_0_1_10, WRONG_FROM_0_1_10
+from .test_lm_eval import FLEXIBLE, STRICT
 
 H200 = Path(__file__).resolve().parents[2] / "results" / "h200"
 KERNEL_VERSIONS = ("0.1.0", "0.1.8", "0.1.12")
@@ -139,16 +139,17 @@ def call(http: httpx.Client, path: str, body: dict[str, Any] | None = None) -> A
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def store(
+    gsm8k_runs: Path, lm_eval_runs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """GSM8K runs of 0.1.6 (twice), 0.1.7 and 0.1.10; lm-eval runs of 0.1.6 and 0.1.10; the H200
-    kernel records of 0.1.0, 0.1.8 and 0.1.12. Each kind is judged against its own oldest."""
-    root = tmp_path_factory.mktemp("report-runs")
-    store = build_run_store(root, ("0.1.6", "0.1.7", "0.1.10"))
-    config = write_config(root, strict=0.9, flexible=0.9)  # threshold 0.9 * 0.92 = 0.828
-    for version, policy in (("0.1.6", BASELINE), ("0.1.10", CANDIDATE)):
-        done = cli("lm-eval", "--config", config, "--results", store / f"lm-eval-{version}",
-                   env=run_env(root, version, policy), timeout=300)
-        assert done.returncode == (0 if version == "0.1.6" else 1), done.stderr
+    kernel records of 0.1.0, 0.1.8 and 0.1.12. Each kind is judged against its own oldest. The
+    runs are the session's real ones that `compare`'s tests read (conftest), copied."""
+    store = tmp_path_factory.mktemp("report-runs") / "store"
+    for version in ("0.1.6", "0.1.7", "0.1.10"):
+        shutil.copytree(gsm8k_runs / f"v{version}", store / f"v{version}")
+    for version in ("0.1.6", "0.1.10"):
+        shutil.copytree(lm_eval_runs / "store" / f"v{version}", store / f"lm-eval-{version}")
     (store / "kernels").mkdir()
     for version in KERNEL_VERSIONS:
         [record] = H200.glob(f"kernels__suite__{version}__*.json")
