@@ -29,8 +29,7 @@ from humming_matrix.compare import (
     select,
 )
 from humming_matrix.errors import RecordError
-from humming_matrix.lmeval.record import LmEvalRecord, MetricCheck, load_lm_eval_record
-from humming_matrix.lmeval.record import Verdict as CheckVerdict
+from humming_matrix.lmeval.record import CheckState, LmEvalRecord, MetricCheck, load_lm_eval_record
 from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outcomes
 from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
 from humming_matrix.results import RecordKind, record_paths
@@ -118,7 +117,7 @@ class DocFlip:
 
 
 def backstop_failed(check: MetricCheck) -> bool:
-    return check.verdict is not CheckVerdict.PASSED
+    return check.verdict is not CheckState.PASSED
 
 
 def backstop_text(check: MetricCheck) -> str:

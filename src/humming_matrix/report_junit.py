@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from humming_matrix.lmeval.record import Verdict as CheckVerdict
+from humming_matrix.lmeval.record import CheckState
 from humming_matrix.report import Row, RowStatus, StoreReport
 from humming_matrix.report_kernels import KernelRow
 from humming_matrix.report_lm_eval import LmEvalRow
@@ -151,7 +151,7 @@ def _lm_eval_properties(row: LmEvalRow) -> list[tuple[str, str]]:
             ("measured", "" if row.check.measured is None else repr(row.check.measured)),
             ("expected", repr(row.check.expected)),
             ("rtol", repr(row.check.rtol)),
-            ("passed_threshold", str(row.check.verdict is CheckVerdict.PASSED).lower()),
+            ("passed_threshold", str(row.check.verdict is CheckState.PASSED).lower()),
         ]
     m = row.comparison
     if m is not None:
