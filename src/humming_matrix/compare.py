@@ -24,7 +24,9 @@ threshold (vLLM's own check, kept as a backstop). An inconclusive result does no
 it is shown with its minimum detectable effect so nobody mistakes it for "no change".
 
 lm-eval records are judged by `humming_matrix.compare_lm_eval` with the same rule, per task and
-metric; what both kinds share (Settings, Cell, `decide`, `select`) lives here.
+metric. What both kinds share lives here, so there is one engine: the paired statistics, verdict,
+family and wording (`PairedTest`, `paired_test`, `in_family`, `paired_line`), the settings, the
+environment (`Cell`) and the lookup of a config's record on a side (`the_record`, `select`).
 """
 
 from __future__ import annotations
