@@ -4,31 +4,44 @@ noise floor from an A/A pair.
 The rule (DESIGN.md, docs/judging.md), with d = candidate - baseline accuracy on the questions
 answered in both runs:
 
-    regression    d <= -min_effect and the one-sided McNemar mid-p for "worse" < alpha
-    improvement   d >= +min_effect and the one-sided McNemar mid-p for "better" < alpha
-    inconclusive  |d| >= min_effect but that mid-p >= alpha: a shift big enough to matter that
+    regression    d <= -min_effect and the one-sided exact conditional McNemar p for "worse",
+                  Holm-adjusted over the family, < alpha
+    improvement   d >= +min_effect and the Holm-adjusted exact p for "better" < alpha
+    inconclusive  |d| >= min_effect but that p >= alpha: a shift big enough to matter that
                   these questions cannot tell from run-to-run noise
-    no change     |d| < min_effect (significant or not: too small to matter)
+    no change detected
+                  |d| < min_effect (significant or not: too small to matter); shown with the
+                  drop the verdict could have missed (its MDE)
+
+The family is every paired test one command judges (all configs of one `compare`, GSM8K and
+lm-eval rows alike; all compared cells of one report): Holm's step-down adjustment keeps the
+chance that any of them is a false regression at most alpha (`PairedTest`, `in_family`). The
+gate uses the exact conditional p (size at most alpha at every count of discordant questions);
+the mid-p, closer to alpha but above it at some counts, is shown beside it.
 
 The gate (exit 1) fails on a regression, or when the candidate misses the config's absolute
 threshold (vLLM's own check, kept as a backstop). An inconclusive result does not fail the gate;
 it is shown with its minimum detectable effect so nobody mistakes it for "no change".
 
 lm-eval records are judged by `humming_matrix.compare_lm_eval` with the same rule, per task and
-metric; what both kinds share (Settings, Cell, `decide`, `select`) lives here.
+metric. What both kinds share lives here, so there is one engine: the paired statistics, verdict,
+family and wording (`PairedTest`, `paired_test`, `in_family`, `paired_line`), the settings, the
+environment (`Cell`) and the lookup of a config's record on a side (`the_record`, `select`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from humming_matrix.errors import RecordError, UsageError
+from humming_matrix.family import holm_adjust
 from humming_matrix.results import (
     Gsm8kRecord,
     RecordKind,
@@ -40,9 +53,11 @@ from humming_matrix.stats import (
     Interval,
     PairedTable,
     binomial_upper_tail,
+    improvement_exact,
     improvement_midp,
     minimum_detectable_effect,
     paired_difference_interval,
+    regression_exact,
     regression_midp,
     wilson_interval,
 )
@@ -51,9 +66,12 @@ FLIPS_SHOWN = 20  # in one-line and Markdown summaries; JSON and HTML carry all 
 
 
 class Verdict(str, Enum):
+    """The verdict of one paired comparison, GSM8K config or lm-eval metric alike."""
+
     REGRESSION = "regression"
     IMPROVEMENT = "improvement"
-    NO_CHANGE = "no change"
+    # Not "no change": a test that found nothing says how large a drop it could have missed.
+    NO_CHANGE = "no change detected"
     INCONCLUSIVE = "inconclusive"
 
 
@@ -145,6 +163,10 @@ class LoadedRecord:
     def order(self) -> tuple[str, str]:
         return (self.record.created, self.record.run_id)
 
+    @property
+    def complete(self) -> bool:
+        return self.record.complete
+
 
 class Selectable(Protocol):
     """What `select` needs of a loaded record, whatever its kind."""
@@ -157,6 +179,9 @@ class Selectable(Protocol):
 
     @property
     def order(self) -> tuple[str, str]: ...
+
+    @property
+    def complete(self) -> bool: ...
 
 
 LoadedT = TypeVar("LoadedT", bound=Selectable)
@@ -222,20 +247,23 @@ class NoiseFloor:
 
 
 @dataclass(frozen=True)
-class ConfigComparison:
-    config: str
-    sha256: str
-    baseline: RunSide
-    candidate: RunSide
+class PairedTest:
+    """The statistics and the verdict of one paired table, judged within its family (all configs
+    of one `compare`, all compared cells of one report): what GSM8K configs and lm-eval metrics
+    share. The verdict uses the Holm-adjusted p-values; the raw ones are shown beside them."""
+
     table: PairedTable
-    excluded_errors: int  # questions with a request error in either run, left out of the pairing
     difference_interval: Interval
-    p_regression: float
-    p_improvement: float
+    p_regression: float  # one-sided mid-p, "worse", this table alone (shown)
+    p_improvement: float  # one-sided mid-p, "better", this table alone (shown)
+    p_regression_exact: float  # one-sided exact p, "worse": size <= alpha at every count
+    p_improvement_exact: float
+    p_regression_family: float  # the exact p Holm-adjusted over the family: what gates
+    p_improvement_family: float
+    family_size: int
+    noise_rate: float  # the discordance without the effect, which the MDE assumes
+    noise_from_calibration: bool  # an A/A pair's rate; else 2 min(b, c) / n of this table
     verdict: Verdict
-    mde: float | None
-    flips: tuple[Flip, ...]
-    noise: NoiseFloor | None
     settings: Settings
 
     @property
@@ -243,23 +271,147 @@ class ConfigComparison:
         return self.table.difference
 
     @property
+    def mde(self) -> float | None:
+        """The verdict's MDE as gated (`verdict_mde`); computed when asked (and cached there),
+        so judging thousands of tables in a simulation does not pay for it."""
+        return verdict_mde(self.table.n, self.noise_rate, self.settings, self.family_size)
+
+    def verdict_text(self) -> str:
+        """The verdict as people read it: a test that found nothing says what it could miss."""
+        label = str(self.verdict.value)
+        if self.verdict not in (Verdict.NO_CHANGE, Verdict.INCONCLUSIVE):
+            return label
+        if self.mde is None:
+            return f"{label} (too few questions to detect any drop)"
+        return f"{label} (could miss a drop of {100 * self.mde:.2f} points)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "midp_regression": self.p_regression,
+            "midp_improvement": self.p_improvement,
+            "family_size": self.family_size,
+            "family_correction": "Holm",
+            "p_regression_exact": self.p_regression_exact,
+            "p_improvement_exact": self.p_improvement_exact,
+            "p_regression_family": self.p_regression_family,
+            "p_improvement_family": self.p_improvement_family,
+            "noise_discordance": self.noise_rate,
+            "noise_discordance_source": "A/A pair" if self.noise_from_calibration
+            else "2 min(b, c) / n",
+            "minimum_detectable_effect": self.mde,
+        }
+
+
+def noise_estimate(table: PairedTable) -> float:
+    """The run-to-run discordance of this pair without the effect: noise flips both ways alike,
+    a drop (or gain) adds flips one way only, so twice the smaller direction is the noise."""
+    return 2 * min(table.right_to_wrong, table.wrong_to_right) / table.n if table.n else 0.0
+
+
+def verdict_mde(n: int, noise_rate: float, settings: Settings, family_size: int) -> float | None:
+    """The drop the verdict as gated catches with `settings.power`: the exact test at Holm's
+    first-step level alpha / family size (a drop in one member alone) and a net of at least
+    min-effect flips, under run-to-run discordance `noise_rate`."""
+    if n <= 0:
+        return None
+    min_net = max(1, math.ceil(settings.min_effect_exact * n))
+    return minimum_detectable_effect(
+        n, noise_rate, settings.alpha / family_size, settings.power, min_net, mid=False
+    )
+
+
+def paired_test(
+    table: PairedTable, settings: Settings, calibration_rate: float | None = None
+) -> PairedTest:
+    """One table judged as a family of one (`in_family` judges it with the others)."""
+    exact_reg, exact_imp = regression_exact(table), improvement_exact(table)
+    noise = noise_estimate(table) if calibration_rate is None else calibration_rate
+    return PairedTest(
+        table=table,
+        difference_interval=paired_difference_interval(table, settings.confidence),
+        p_regression=regression_midp(table),
+        p_improvement=improvement_midp(table),
+        p_regression_exact=exact_reg,
+        p_improvement_exact=exact_imp,
+        p_regression_family=exact_reg,
+        p_improvement_family=exact_imp,
+        family_size=1,
+        noise_rate=noise,
+        noise_from_calibration=calibration_rate is not None,
+        verdict=decide(table, settings),
+        settings=settings,
+    )
+
+
+def in_family(tests: Sequence[PairedTest]) -> list[PairedTest]:
+    """The tests judged as one family: Holm's adjustment over the "worse" p-values (the gate's
+    family-wise error rate stays at most alpha, whatever the dependence between the tests) and,
+    apart, over the "better" ones; each verdict decided again on the adjusted p-values."""
+    if not tests:
+        return []
+    worse = holm_adjust([t.p_regression_exact for t in tests])
+    better = holm_adjust([t.p_improvement_exact for t in tests])
+    size = len(tests)
+    return [
+        replace(
+            t,
+            p_regression_family=w,
+            p_improvement_family=b,
+            family_size=size,
+            verdict=decide(t.table, t.settings, w, b),
+        )
+        for t, w, b in zip(tests, worse, better, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class ConfigComparison:
+    config: str
+    sha256: str
+    baseline: RunSide
+    candidate: RunSide
+    table: PairedTable
+    excluded_errors: int  # questions with a request error in either run, left out of the pairing
+    test: PairedTest
+    flips: tuple[Flip, ...]
+    noise: NoiseFloor | None
+
+    @property
+    def difference(self) -> float:
+        return self.table.difference
+
+    @property
+    def difference_interval(self) -> Interval:
+        return self.test.difference_interval
+
+    @property
+    def p_regression(self) -> float:
+        return self.test.p_regression
+
+    @property
+    def p_improvement(self) -> float:
+        return self.test.p_improvement
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.test.verdict
+
+    @property
+    def mde(self) -> float | None:
+        return self.test.mde
+
+    @property
+    def settings(self) -> Settings:
+        return self.test.settings
+
+    @property
     def gate_failed(self) -> bool:
         return self.verdict is Verdict.REGRESSION or not self.candidate.passed_threshold
 
     def line(self) -> str:
         """The comparison in one line (JUnit failure messages, logs)."""
-        t = self.table
-        p = self.p_regression if self.difference <= 0 else self.p_improvement
-        side = "worse" if self.difference <= 0 else "better"
-        mde = "n/a" if self.mde is None else f"{100 * self.mde:.2f}"
-        text = (
-            f"{self.config}: {self.verdict.value}: {self.baseline.accuracy:.4f} -> "
-            f"{self.candidate.accuracy:.4f} ({points(self.difference)} points, "
-            f"{int(100 * self.settings.confidence)}% CI [{points(self.difference_interval.low)}, "
-            f"{points(self.difference_interval.high)}]) on {t.n} paired questions; "
-            f"b={t.right_to_wrong} c={t.wrong_to_right}; mid-p({side}) {p:.3g} vs alpha "
-            f"{self.settings.alpha:g}; min effect {100 * self.settings.min_effect:g}, "
-            f"MDE {mde} points"
+        text = paired_line(
+            self.config, self.test, self.baseline.accuracy, self.candidate.accuracy, "questions"
         )
         if not self.candidate.passed_threshold:
             text += (
@@ -290,9 +442,7 @@ class ConfigComparison:
             "difference": self.difference,
             "difference_interval": [self.difference_interval.low, self.difference_interval.high],
             "difference_method": "Newcombe (1998) hybrid score, paired (method 10)",
-            "midp_regression": self.p_regression,
-            "midp_improvement": self.p_improvement,
-            "minimum_detectable_effect": self.mde,
+            **self.test.to_json(),
             "flips": [
                 {
                     "index": f.index,
@@ -311,6 +461,30 @@ class ConfigComparison:
 def points(fraction: float) -> str:
     """A difference in accuracy points with its sign: -0.0125 -> '-1.25'."""
     return f"{100 * fraction:+.2f}"
+
+
+def paired_line(
+    name: str, test: PairedTest, baseline: float, candidate: float, unit: str
+) -> str:
+    """One paired comparison in one line (GSM8K configs and lm-eval metrics alike)."""
+    t = test.table
+    s = test.settings
+    worse = test.difference <= 0
+    p = test.p_regression if worse else test.p_improvement
+    p_family = test.p_regression_family if worse else test.p_improvement_family
+    family = f"Holm over {test.family_size}" if test.family_size > 1 else "exact"
+    noise = "A/A pair" if test.noise_from_calibration else "2 min(b, c)/n"
+    return (
+        f"{name}: {test.verdict_text()}: {baseline:.4f} -> {candidate:.4f} "
+        f"({points(test.difference)} points, {int(100 * s.confidence)}% CI "
+        f"[{points(test.difference_interval.low)}, {points(test.difference_interval.high)}]) "
+        f"on {t.n} paired {unit}; b={t.right_to_wrong} c={t.wrong_to_right}; "
+        f"mid-p({'worse' if worse else 'better'}) {p:.3g}, gated p ({family}) {p_family:.3g} "
+        f"vs alpha {s.alpha:g}; "
+        f"min effect {100 * s.min_effect:g}, verdict MDE "
+        f"{'n/a' if test.mde is None else f'{100 * test.mde:.2f}'} points at "
+        f"{100 * test.noise_rate:.2g}% discordance ({noise})"
+    )
 
 
 def _side_json(side: RunSide) -> dict[str, Any]:
@@ -361,6 +535,21 @@ class Comparison:
     def gate_failed(self) -> bool:
         return any(c.gate_failed for c in self.configs)
 
+    @property
+    def tests(self) -> tuple[PairedTest, ...]:
+        """The family members this comparison contributes, in order (`with_tests` takes them
+        back judged)."""
+        return tuple(c.test for c in self.configs)
+
+    def with_tests(self, tests: Sequence[PairedTest]) -> Comparison:
+        return replace(
+            self,
+            configs=tuple(replace(c, test=t) for c, t in zip(self.configs, tests, strict=True)),
+        )
+
+    def in_family(self) -> Comparison:
+        return self.with_tests(in_family(self.tests))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "alpha": self.settings.alpha,
@@ -372,21 +561,23 @@ class Comparison:
         }
 
 
-def decide(table: PairedTable, settings: Settings) -> Verdict:
-    """The verdict for one table (the rule in the module docstring)."""
+def decide(
+    table: PairedTable,
+    settings: Settings,
+    p_regression: float | None = None,
+    p_improvement: float | None = None,
+) -> Verdict:
+    """The verdict for one table (the rule in the module docstring), on the table's own exact
+    p-values or, within a family, on the adjusted ones given."""
     if table.n == 0:
         return Verdict.INCONCLUSIVE
     shift = Fraction(table.wrong_to_right - table.right_to_wrong, table.n)
     if shift <= -settings.min_effect_exact and shift != 0:
-        return (
-            Verdict.REGRESSION if regression_midp(table) < settings.alpha else Verdict.INCONCLUSIVE
-        )
+        p = regression_exact(table) if p_regression is None else p_regression
+        return Verdict.REGRESSION if p < settings.alpha else Verdict.INCONCLUSIVE
     if shift >= settings.min_effect_exact and shift != 0:
-        return (
-            Verdict.IMPROVEMENT
-            if improvement_midp(table) < settings.alpha
-            else Verdict.INCONCLUSIVE
-        )
+        p = improvement_exact(table) if p_improvement is None else p_improvement
+        return Verdict.IMPROVEMENT if p < settings.alpha else Verdict.INCONCLUSIVE
     return Verdict.NO_CHANGE
 
 
@@ -576,16 +767,9 @@ def compare_records(
         candidate=_side(candidate, table.candidate_correct, table.n, settings),
         table=table,
         excluded_errors=excluded,
-        difference_interval=paired_difference_interval(table, settings.confidence),
-        p_regression=regression_midp(table),
-        p_improvement=improvement_midp(table),
-        verdict=decide(table, settings),
-        mde=minimum_detectable_effect(
-            table.n, table.discordant / table.n, settings.alpha, settings.power
-        ),
+        test=paired_test(table, settings, None if calibration is None else calibration.rate),
         flips=_flips(baseline.record, candidate.record),
         noise=None if calibration is None else noise_floor(table, calibration),
-        settings=settings,
     )
 
 
@@ -607,9 +791,20 @@ def load_records(location: Path) -> list[LoadedRecord]:
     return [LoadedRecord(p, load_gsm8k_record(p)) for p in record_paths(location, RecordKind.GSM8K)]
 
 
+def the_record(runs: Sequence[LoadedT]) -> LoadedT:
+    """The one lookup policy for "the record of this config in this environment": the newest
+    COMPLETE run (repeats of one environment are interchangeable measurements; an older complete
+    one beats a newer run that stopped early or never started). Only when no run is complete is
+    the newest returned, for the caller to refuse (compare) or show as incomplete (report)."""
+    if not runs:
+        raise ValueError("no runs to choose from")
+    complete = [r for r in runs if r.complete]
+    return max(complete or runs, key=lambda r: r.order)
+
+
 def select(location: Path, records: Sequence[LoadedT]) -> dict[str, LoadedT]:
-    """One record per config from one side: the newest. A side holding one config from two
-    environments is ambiguous and refused."""
+    """One record per config from one side (`the_record`). A side holding one config from two
+    environments is ambiguous and refused: which one was meant cannot be guessed."""
     by_config: dict[str, list[LoadedT]] = defaultdict(list)
     for loaded in records:
         by_config[loaded.config_name].append(loaded)
@@ -623,7 +818,7 @@ def select(location: Path, records: Sequence[LoadedT]) -> dict[str, LoadedT]:
                 f"records from {len(cells)} environments ({'; '.join(cells)}); "
                 "pass one record file or a directory of one environment",
             )
-        chosen[name] = max(group, key=lambda x: x.order)
+        chosen[name] = the_record(group)
     return chosen
 
 
@@ -665,4 +860,4 @@ def compare_locations(
         b, c = base[name], cand[name]
         cal = find_calibration(sources, name, b.record.config.sha256, [b.cell, c.cell], settings)
         results.append(compare_records(b, c, settings, cal))
-    return Comparison(settings, tuple(results))
+    return Comparison(settings, tuple(results)).in_family()

@@ -12,40 +12,28 @@ candidate's config names that misses lm-eval's pass rule (or that lm-eval did no
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from humming_matrix.compare import (
-    FLIPS_SHOWN,
     Cell,
     FlipDirection,
+    PairedTest,
     Settings,
     Verdict,
     check_same_configs,
-    decide,
-    points,
+    in_family,
+    paired_line,
+    paired_test,
     select,
 )
 from humming_matrix.errors import RecordError
-from humming_matrix.lmeval.record import LmEvalRecord, MetricCheck, load_lm_eval_record
-from humming_matrix.lmeval.record import Verdict as CheckVerdict
+from humming_matrix.lmeval.record import CheckState, LmEvalRecord, MetricCheck, load_lm_eval_record
 from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outcomes
 from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
-from humming_matrix.report_markdown import cell, plural, table
-from humming_matrix.report_rows import accuracy_cell, paired_cells
 from humming_matrix.results import RecordKind, record_paths
-from humming_matrix.stats import (
-    Interval,
-    PairedTable,
-    improvement_midp,
-    minimum_detectable_effect,
-    paired_difference_interval,
-    regression_midp,
-    wilson_interval,
-)
-
-TARGET_SHOWN = 40  # characters of a target in text and Markdown (GSM8K's is a whole solution)
+from humming_matrix.stats import Interval, PairedTable, wilson_interval
 
 
 @dataclass(frozen=True)
@@ -64,6 +52,10 @@ class LoadedLmEvalRecord:
     @property
     def order(self) -> tuple[str, str]:
         return (self.record.created, self.record.run_id)
+
+    @property
+    def complete(self) -> bool:
+        return self.record.complete
 
 
 @dataclass(frozen=True)
@@ -125,7 +117,7 @@ class DocFlip:
 
 
 def backstop_failed(check: MetricCheck) -> bool:
-    return check.verdict is not CheckVerdict.PASSED
+    return check.verdict is not CheckState.PASSED
 
 
 def backstop_text(check: MetricCheck) -> str:
@@ -153,19 +145,41 @@ class MetricComparison:
     key: str
     baseline: Score
     candidate: Score
-    table: PairedTable
-    difference_interval: Interval
-    p_regression: float
-    p_improvement: float
-    verdict: Verdict
-    mde: float | None
+    test: PairedTest
     flips: tuple[DocFlip, ...]
     backstop: MetricCheck | None  # the candidate's check of this key; None if the config names none
-    settings: Settings
+
+    @property
+    def table(self) -> PairedTable:
+        return self.test.table
 
     @property
     def difference(self) -> float:
         return self.table.difference
+
+    @property
+    def difference_interval(self) -> Interval:
+        return self.test.difference_interval
+
+    @property
+    def p_regression(self) -> float:
+        return self.test.p_regression
+
+    @property
+    def p_improvement(self) -> float:
+        return self.test.p_improvement
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.test.verdict
+
+    @property
+    def mde(self) -> float | None:
+        return self.test.mde
+
+    @property
+    def settings(self) -> Settings:
+        return self.test.settings
 
     @property
     def gate_failed(self) -> bool:
@@ -178,18 +192,8 @@ class MetricComparison:
 
     def line(self) -> str:
         """The comparison in one line (logs, Markdown)."""
-        t = self.table
-        p = self.p_regression if self.difference <= 0 else self.p_improvement
-        side = "worse" if self.difference <= 0 else "better"
-        mde = "n/a" if self.mde is None else f"{100 * self.mde:.2f}"
-        text = (
-            f"{self.name}: {self.verdict.value}: {self.baseline.accuracy:.4f} -> "
-            f"{self.candidate.accuracy:.4f} ({points(self.difference)} points, "
-            f"{int(100 * self.settings.confidence)}% CI [{points(self.difference_interval.low)}, "
-            f"{points(self.difference_interval.high)}]) on {t.n} paired documents; "
-            f"b={t.right_to_wrong} c={t.wrong_to_right}; mid-p({side}) {p:.3g} vs alpha "
-            f"{self.settings.alpha:g}; min effect {100 * self.settings.min_effect:g}, "
-            f"MDE {mde} points"
+        text = paired_line(
+            self.name, self.test, self.baseline.accuracy, self.candidate.accuracy, "documents"
         )
         if self.backstop is not None and backstop_failed(self.backstop):
             text += f"; backstop {backstop_text(self.backstop)}"
@@ -212,9 +216,7 @@ class MetricComparison:
             "difference": self.difference,
             "difference_interval": [self.difference_interval.low, self.difference_interval.high],
             "difference_method": "Newcombe (1998) hybrid score, paired (method 10)",
-            "midp_regression": self.p_regression,
-            "midp_improvement": self.p_improvement,
-            "minimum_detectable_effect": self.mde,
+            **self.test.to_json(),
             "flips": [
                 {"doc_id": f.doc_id, "target": f.target,
                  "baseline_prediction": f.baseline_prediction,
@@ -276,6 +278,24 @@ class LmEvalComparison:
     def failed(self) -> int:
         return sum(m.gate_failed for m in self.metrics) + sum(
             backstop_failed(u) for c in self.configs for u in c.unpaired_checks)
+
+    @property
+    def tests(self) -> tuple[PairedTest, ...]:
+        """The family members this comparison contributes, in order."""
+        return tuple(m.test for m in self.metrics)
+
+    def with_tests(self, tests: Sequence[PairedTest]) -> LmEvalComparison:
+        given = iter(tests)
+        configs = tuple(
+            replace(c, metrics=tuple(replace(m, test=next(given)) for m in c.metrics))
+            for c in self.configs
+        )
+        if next(given, None) is not None:
+            raise ValueError("more tests than metrics")
+        return replace(self, configs=configs)
+
+    def in_family(self) -> LmEvalComparison:
+        return self.with_tests(in_family(self.tests))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -372,16 +392,9 @@ def compare_metric(baseline: LoadedLmEvalRecord, candidate: LoadedLmEvalRecord, 
                        wilson_interval(table_.baseline_correct, table_.n, settings.confidence)),
         candidate=Score(table_.candidate_correct, table_.n,
                         wilson_interval(table_.candidate_correct, table_.n, settings.confidence)),
-        table=table_,
-        difference_interval=paired_difference_interval(table_, settings.confidence),
-        p_regression=regression_midp(table_),
-        p_improvement=improvement_midp(table_),
-        verdict=decide(table_, settings),
-        mde=minimum_detectable_effect(table_.n, table_.discordant / table_.n, settings.alpha,
-                                      settings.power),
+        test=paired_test(table_, settings),
         flips=_flips(baseline.record, candidate.record, task, key),
         backstop=backstop,
-        settings=settings,
     )
 
 
@@ -419,68 +432,5 @@ def compare_lm_eval_locations(baseline: Path, candidate: Path,
         raise RecordError(candidate, None, "holds no lm-eval record")
     check_same_configs(baseline, candidate, base, cand)
     return LmEvalComparison(
-        settings, tuple(compare_lm_eval_records(base[n], cand[n], settings) for n in sorted(base)))
-
-
-# --- Markdown -------------------------------------------------------------------------------
-
-
-def short(text: str, limit: int = TARGET_SHOWN) -> str:
-    """One line, at most `limit` characters, keeping the end (where GSM8K's `#### n` sits)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else "…" + flat[-(limit - 1):]
-
-
-def _row(m: MetricComparison) -> list[object]:
-    return [
-        m.config, m.task, m.key,
-        accuracy_cell(m.baseline.accuracy, m.baseline.interval),
-        accuracy_cell(m.candidate.accuracy, m.candidate.interval),
-        *paired_cells(m),
-        "not gated" if m.backstop is None else backstop_text(m.backstop),
-        m.verdict.value,
-    ]
-
-
-def _flips_table(flips: Sequence[DocFlip]) -> list[str]:
-    shown = flips[:FLIPS_SHOWN]
-    lines = table(["document", "target", "baseline", "candidate", "flip"],
-                  [[f.doc_id, short(f.target), short(f.baseline_prediction),
-                    short(f.candidate_prediction), f.direction.value] for f in shown])
-    if len(shown) < len(flips):
-        lines.append(f"\n{len(flips) - len(shown)} more flips in the JSON report.")
-    return lines
-
-
-def lm_eval_comparison_markdown(comparison: LmEvalComparison) -> str:
-    s = comparison.settings
-    metrics = comparison.metrics
-    lines = [
-        "## humming-matrix compare: lm-eval",
-        "",
-        f"**{'FAIL' if comparison.gate_failed else 'PASS'}**: the gate fails for "
-        f"{comparison.failed} of {plural(comparison.judged, 'metric')} (regression: one-sided "
-        f"McNemar mid-p < {s.alpha:g} and a drop of at least "
-        f"{plural(100 * s.min_effect, 'point')}; or the candidate misses lm-eval's pass rule, "
-        "measured >= value * (1 - rtol)).",
-        "",
-        *table(["config", "task", "metric,filter", "baseline % (95% CI)",
-                "candidate % (95% CI)", "Δ points (95% CI)", "b / c", "mid-p", "MDE",
-                "backstop", "verdict"], [_row(m) for m in metrics]),
-    ]
-    unpaired = [(cfg.config, c) for cfg in comparison.configs for c in cfg.unpaired_checks]
-    if unpaired:
-        lines += ["", "Checked by the backstop only (no 0/1 outcome per document to pair):", "",
-                  *table(["config", "task", "metric,filter", "backstop"],
-                         [[name, c.task, c.key, backstop_text(c)] for name, c in unpaired])]
-    for cfg in comparison.configs:
-        for m in cfg.metrics:
-            lines += ["", f"### {cell(m.name)}: {m.verdict.value}", "", f"`{m.line()}`", "",
-                      f"- baseline: {cfg.baseline.cell.label}; run `{cfg.baseline.run_id}` "
-                      f"({cfg.baseline.created})",
-                      f"- candidate: {cfg.candidate.cell.label}; run `{cfg.candidate.run_id}` "
-                      f"({cfg.candidate.created})"]
-            if m.flips:
-                lines += ["", *_flips_table(m.flips)]
-    return "\n".join(lines) + "\n"
-
+        settings, tuple(compare_lm_eval_records(base[n], cand[n], settings) for n in sorted(base))
+    ).in_family()

@@ -15,6 +15,7 @@ from typing import Any
 
 from humming_matrix.bisection import Verdict
 from humming_matrix.compare import (
+    Comparison,
     ConfigComparison,
     LoadedRecord,
     Settings,
@@ -46,7 +47,7 @@ def short_line(c: ConfigComparison) -> str:
     """The evidence a person reads first: delta, its interval, mid-p, flips."""
     interval = c.difference_interval
     text = (
-        f"{c.config}: {c.verdict.value}, {points(c.difference)} points "
+        f"{c.config}: {c.test.verdict_text()}, {points(c.difference)} points "
         f"[{points(interval.low)}, {points(interval.high)}], mid-p {c.p_regression:.3g}, "
         f"b={c.table.right_to_wrong} c={c.table.wrong_to_right}"
     )
@@ -70,9 +71,10 @@ class PairedJudge:
                 f"config {missing[0]}",
                 "the candidate has no record of this config",
             )
-        comparisons = tuple(
-            compare_records(base[name], cand[name], self.settings) for name in sorted(base)
-        )
+        comparisons = Comparison(
+            self.settings,
+            tuple(compare_records(base[name], cand[name], self.settings) for name in sorted(base)),
+        ).in_family().configs
         failed = [c for c in comparisons if c.gate_failed]
         verdict = Verdict.BAD if failed else Verdict.GOOD
         shown = failed or list(comparisons)

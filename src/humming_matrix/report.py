@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,13 @@ from humming_matrix.compare import (
     Verdict,
     compare_records,
     find_calibration,
+    in_family,
     load_records,
+    the_record,
 )
 from humming_matrix.errors import RecordError
 from humming_matrix.report_kernels import KernelSection, build_kernel_section
-from humming_matrix.report_lm_eval import LmEvalSection, build_lm_eval_section
+from humming_matrix.report_lm_eval import LmEvalSection, build_lm_eval_section, metric_status
 from humming_matrix.report_rows import RowStatus, choose_baseline, version_key
 from humming_matrix.stats import Interval, wilson_interval
 
@@ -56,7 +58,7 @@ class Row:
     config: str
     cell: Cell
     session: str
-    record: LoadedRecord  # the newest record of this (cell, config)
+    record: LoadedRecord  # the record of this (cell, config): `compare.the_record`
     runs: int  # how many records of this (cell, config) the store holds
     correct: int
     n: int
@@ -114,6 +116,36 @@ class StoreReport:
         """GSM8K rows that fail (the sections count their own)."""
         return tuple(r for r in self.rows if r.status.failed)
 
+    def noise_floors(self) -> dict[str, Calibration | None]:
+        """Per config, the A/A pair of the baseline cell (two complete runs of it): the noise
+        floor the config's rows are judged against (their verdict MDE assumes its discordance);
+        None where the store holds no repeat of the baseline."""
+        floors: dict[str, Calibration | None] = {}
+        for config in self.configs:
+            row = self.baseline_row(config)
+            floors[config] = None if row is None else row.calibration
+        return floors
+
+    def noise_floor_text(self) -> str:
+        """What every renderer says about the noise floor, including that there is none."""
+        parts, missing = [], []
+        for config, cal in self.noise_floors().items():
+            if cal is None:
+                missing.append(config)
+            else:
+                parts.append(
+                    f"{config} {cal.discordant}/{cal.n} questions discordant "
+                    f"({100 * cal.rate:.2f}%)"
+                )
+        text = "Noise floor (A/A repeats of the baseline): " + ("; ".join(parts) or "none")
+        if missing:
+            text += (
+                f". No A/A repeat of the baseline for {', '.join(missing)}: the MDE there assumes "
+                "2 min(b, c)/n of each pair; run the baseline cell twice into the store to "
+                "measure the floor"
+            )
+        return text + "."
+
     def baseline_row(self, config: str) -> Row | None:
         for row in self.rows:
             if row.config == config and row.status is RowStatus.BASELINE:
@@ -149,7 +181,7 @@ def build_report(
     configs = tuple(sorted({name for _, name in groups}))
     baseline = choose_baseline(cells, baseline_version) if records else None
 
-    newest = {key: max(group, key=lambda x: x.order) for key, group in groups.items()}
+    newest = {key: the_record(group) for key, group in groups.items()}
     rows = []
     for (cell, name), loaded in newest.items():
         base = newest.get((baseline, name)) if baseline is not None else None
@@ -165,6 +197,7 @@ def build_report(
                 settings,
             )
         )
+    rows, lm_eval = _judge_family(rows, lm_eval)
     rows.sort(key=lambda r: (r.status.rank, r.config, version_key(r.cell)))
     environments = {
         cell: max((r for r in records if r.cell == cell), key=lambda x: x.order).record.environment
@@ -173,6 +206,35 @@ def build_report(
     return StoreReport(
         store, settings, baseline, tuple(rows), cells, configs, environments, kernels, lm_eval
     )
+
+
+def _judge_family(
+    rows: list[Row], lm_eval: LmEvalSection | None
+) -> tuple[list[Row], LmEvalSection | None]:
+    """Each section's compared rows are one family (all GSM8K cells; all lm-eval rows): Holm's
+    adjustment keeps the chance of any false regression in a section at most alpha, however
+    many versions and configs share the baseline run. (A section is what a reader, or a CI step
+    reading the JUnit, takes as one verdict; `compare`, one gate, judges all it holds as one.)"""
+    gsm = [(i, r.comparison) for i, r in enumerate(rows) if r.comparison is not None]
+    for (i, c), test in zip(gsm, in_family([c.test for _, c in gsm]), strict=True):
+        comparison = replace(c, test=test)
+        rows[i] = replace(rows[i], comparison=comparison, status=_status(comparison))
+    if lm_eval is None:
+        return rows, None
+    lm_rows = list(lm_eval.rows)
+    lm = [(i, r.comparison) for i, r in enumerate(lm_rows) if r.comparison is not None]
+    for (i, m), test in zip(lm, in_family([m.test for _, m in lm]), strict=True):
+        metric = replace(m, test=test)
+        lm_rows[i] = replace(lm_rows[i], comparison=metric, status=metric_status(metric))
+    lm_rows.sort(key=lambda r: (r.status.rank, r.config, r.task, r.key, version_key(r.cell)))
+    return rows, replace(lm_eval, rows=tuple(lm_rows))
+
+
+def _status(comparison: ConfigComparison) -> RowStatus:
+    status = _FROM_VERDICT[comparison.verdict]
+    if status is not RowStatus.REGRESSION and not comparison.candidate.passed_threshold:
+        return RowStatus.BELOW_THRESHOLD
+    return status
 
 
 def _row(
@@ -229,10 +291,7 @@ def _row(
         comparison = compare_records(base, loaded, settings, calibration)
     except RecordError as exc:
         return row(RowStatus.NOT_COMPARED, note=exc.detail)
-    status = _FROM_VERDICT[comparison.verdict]
-    if status is not RowStatus.REGRESSION and not comparison.candidate.passed_threshold:
-        status = RowStatus.BELOW_THRESHOLD
-    return row(status, comparison)
+    return row(_status(comparison), comparison)
 
 
 def seconds_cell(value: float | None) -> str:

@@ -44,11 +44,12 @@ COLORS = {
 CSS = """
 body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 17px; margin-top: 28px; } h3 { font-size: 15px; }
-table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13px; max-width: 100%; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top;
-         white-space: nowrap; }
-td.verdict { white-space: normal; }
-td.wrap { white-space: normal; min-width: 28em; }
+         overflow-wrap: anywhere; }
+td.num { white-space: nowrap; }
+td.verdict { white-space: normal; min-width: 12em; }
+td.wrap { white-space: normal; min-width: 20em; }
 th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdecea; }
@@ -58,11 +59,18 @@ tr.inconclusive td { background: #fff4e5; }
 .status { font-weight: 600; }
 code { font-size: 12px; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
+svg text.title { font-weight: 600; font-size: 12px; }
+details.flips { margin: 4px 0; }
 """
 
-MIN_WIDTH, HEIGHT = 520, 300
+MIN_WIDTH, HEIGHT = 520, 330
 SLOT = 30  # horizontal pixels per version, so labels never overlap
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 64
+LEFT, RIGHT, TOP, BOTTOM = 56, 16, 28, 94
+TITLE_CHAR = 8.0  # upper bound of one character's width in the 12px title, so it never clips
+LEGEND_Y = HEIGHT - 12
+# A delta further than this many spreads (median absolute deviation, at least the minimum effect)
+# from the others is drawn at the axis edge with its value, so it does not flatten the rest.
+OUTLIER_SPREADS = 6.0
 
 
 @dataclass(frozen=True)
@@ -100,18 +108,22 @@ def svg_plot(
     y_label: str,
     refs: Sequence[tuple[float, str, str]] = (),  # (y, label, dash pattern)
     band: tuple[float, float] | None = None,
+    legend: Sequence[tuple[str, str]] = (),  # (status, colour) of the marks
+    robust: bool = False,  # clip outliers to the axis edge (the delta plot)
 ) -> str:
-    values = [m.low for m in marks] + [m.high for m in marks] + [y for y, _, _ in refs]
+    inliers = _inliers(marks, band) if robust else list(marks)
+    values = [m.low for m in inliers] + [m.high for m in inliers] + [y for y, _, _ in refs]
     if band:
         values += list(band)
     lo, hi = min(values), max(values)
     pad = max((hi - lo) * 0.08, 0.5)
     lo, hi = lo - pad, hi + pad
-    width = max(MIN_WIDTH, LEFT + RIGHT + SLOT * len(marks))
+    width = max(MIN_WIDTH, LEFT + RIGHT + SLOT * len(marks), math.ceil(
+        LEFT + RIGHT + TITLE_CHAR * len(title)))
     plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def y(v: float) -> float:
-        return TOP + (hi - v) / (hi - lo) * plot_h
+        return TOP + (hi - min(max(v, lo), hi)) / (hi - lo) * plot_h
 
     def x(i: int) -> float:
         return LEFT + (i + 0.5) * plot_w / max(1, len(marks))
@@ -120,7 +132,7 @@ def svg_plot(
         f'<svg class="plot {e(kind)}" data-config="{e(config)}" width="{width}" '
         f'height="{HEIGHT}" viewBox="0 0 {width} {HEIGHT}" role="img" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{e(title)}</title>',
-        f'<text x="{LEFT}" y="16" style="font-weight:600">{e(title)}</text>',
+        f'<text class="title" x="{LEFT}" y="16">{e(title)}</text>',
         f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" '
         'fill="#fafafa" stroke="#bbb"/>',
     ]
@@ -147,6 +159,14 @@ def svg_plot(
         out.append(f'<text x="{LEFT + 4}" y="{y(value) - 4:.1f}">{e(label)}</text>')
     for i, m in enumerate(marks):
         cx = x(i)
+        if m.value < lo or m.value > hi:
+            # An outlier: its point sits on the axis edge, with its value written beside it.
+            below = m.value < lo
+            text_y = y(m.value) + (12 if below else -4)
+            out.append(
+                f'<text class="clipped" x="{cx + 7:.1f}" y="{text_y:.1f}"'
+                f' fill="{m.color}">{"▼" if below else "▲"} {m.value:+.1f}</text>'
+            )
         out.append(
             f'<g class="mark" data-label="{e(m.label)}"><title>{e(m.title)}</title>'
             f'<line class="errorbar" x1="{cx:.1f}" x2="{cx:.1f}" y1="{y(m.high):.1f}" '
@@ -162,8 +182,58 @@ def svg_plot(
             f'<text transform="translate({cx:.1f} {TOP + plot_h + 12}) rotate(55)">'
             f"{e(m.label)}</text>"
         )
+    out.append(_legend(legend, refs, band))
     out.append("</svg>")
     return "".join(out)
+
+
+def _inliers(marks: Sequence[Mark], band: tuple[float, float] | None) -> list[Mark]:
+    """The marks whose value lies within OUTLIER_SPREADS spreads of the median value."""
+    if len(marks) < 3:
+        return list(marks)
+    values = sorted(m.value for m in marks)
+    median = values[len(values) // 2]
+    mad = sorted(abs(v - median) for v in values)[len(values) // 2]
+    floor = (band[1] - band[0]) / 2 if band else 0.5
+    limit = OUTLIER_SPREADS * max(mad, floor)
+    kept = [m for m in marks if abs(m.value - median) <= limit]
+    return kept or list(marks)
+
+
+def _legend(
+    legend: Sequence[tuple[str, str]],
+    refs: Sequence[tuple[float, str, str]],
+    band: tuple[float, float] | None,
+) -> str:
+    """Every plot says what its colours, lines and band mean, along its bottom edge."""
+    items = []
+    x = LEFT
+    for status, color in legend:
+        items.append(
+            f'<g class="legend-item"><circle cx="{x + 4}" cy="{LEGEND_Y - 4}" r="4" '
+            f'fill="{color}"/><text x="{x + 12}" y="{LEGEND_Y}">{e(status)}</text></g>'
+        )
+        x += 20 + int(6.5 * len(status))
+    for _, label, dash in refs:
+        items.append(
+            f'<g class="legend-item"><line x1="{x}" x2="{x + 18}" y1="{LEGEND_Y - 4}" '
+            f'y2="{LEGEND_Y - 4}" stroke="#777" stroke-dasharray="{dash}"/>'
+            f'<text x="{x + 22}" y="{LEGEND_Y}">{e(label)}</text></g>'
+        )
+        x += 30 + int(6.5 * len(label))
+    if band:
+        items.append(
+            f'<g class="legend-item"><rect x="{x}" y="{LEGEND_Y - 9}" width="14" height="10" '
+            f'fill="#e0e0e0"/><text x="{x + 18}" y="{LEGEND_Y}">within ±min effect</text></g>'
+        )
+    return f'<g class="legend">{"".join(items)}</g>'
+
+
+def _statuses(rows: Sequence[Row]) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for r in rows:
+        seen.setdefault(r.status.value, COLORS[r.status])
+    return list(seen.items())
 
 
 def _accuracy_plot(report: StoreReport, config: str) -> str:
@@ -193,6 +263,7 @@ def _accuracy_plot(report: StoreReport, config: str) -> str:
         marks,
         "accuracy %",
         refs,
+        legend=_statuses(rows),
     )
 
 
@@ -227,8 +298,10 @@ def _delta_plot(report: StoreReport, config: str) -> str:
         f"{config}: paired Δ vs baseline (95% Newcombe)",
         marks,
         "Δ accuracy points",
-        [(0.0, "0", "2 2")],
+        [(0.0, "no difference", "2 2")],
         band=(-me, me),
+        legend=_statuses(rows),
+        robust=True,
     )
 
 
@@ -298,10 +371,10 @@ def _flip_lists(report: StoreReport) -> str:
         c = r.comparison
         if c is None or not c.flips:
             continue
-        open_attr = " open" if r.status.failed else ""
+        # Collapsed, failures too: a long list would make the page thousands of pixels tall.
         out.append(
             f'<details class="flips" data-config="{e(r.config)}" data-version="{e(_short(r))}"'
-            f"{open_attr}><summary>{e(r.config)} on {e(r.cell.label)}: {len(c.flips)} flipped "
+            f"><summary>{e(r.config)} on {e(r.cell.label)}: {len(c.flips)} flipped "
             f"({c.table.right_to_wrong} right→wrong, {c.table.wrong_to_right} wrong→right)"
             "</summary><table><thead><tr><th>question</th><th>label</th><th>baseline</th>"
             "<th>candidate</th><th>flip</th></tr></thead><tbody>"
@@ -470,7 +543,7 @@ def _lm_eval_html(section: LmEvalSection) -> list[str]:
         f'<p id="lm-eval-summary"><strong>{len(section.failures)} failing</strong> of '
         f"{plural(len(section.rows), 'result')} ({plural(len(section.configs), 'config')} × "
         f"{plural(len(section.cells), 'environment')}). Baseline: {e(section.baseline.label)}. "
-        f"Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a drop of at least "
+        f"Regression: one-sided exact McNemar p (Holm) &lt; {s.alpha:g} and a drop of at least "
         f"{plural(100 * s.min_effect, 'point')}; below threshold: lm-eval's pass rule, measured "
         "&gt;= value × (1 - rtol).</p>",
         _lm_eval_rows(section),
@@ -490,10 +563,11 @@ def _gsm8k_html(report: StoreReport) -> list[str]:
         f'<p id="summary"><strong>{len(report.failures)} failing</strong> '
         f"of {plural(len(report.rows), 'result')} ({plural(len(report.configs), 'config')} × "
         f"{plural(len(report.cells), 'environment')}) in <code>{e(report.store)}</code>. "
-        f"Baseline: {e(base)}. Regression: one-sided McNemar mid-p &lt; {s.alpha:g} and a "
+        f"Baseline: {e(base)}. Regression: one-sided exact McNemar p (Holm) &lt; {s.alpha:g} and a "
         f"drop of at least {plural(100 * s.min_effect, 'point')}. "
         "Accuracy in %, Δ in points, 95% intervals (Wilson; Newcombe paired). MDE: the "
-        "smallest drop detectable at 80% power.</p>",
+        "drop the verdict catches with 80% power.</p>",
+        f'<p id="noise-floor">{e(report.noise_floor_text())}</p>',
         "<h2>Results</h2>",
         _main_table(report),
         '<h2>Plots</h2><div class="panels">',

@@ -3,7 +3,10 @@ lm-eval config/task/metric), in the shape pytest writes with `junit_family=xunit
 allows per-testcase properties, which Buildkite Test Engine, GitLab and Jenkins all read), all in
 one testsuite. A regression, a missed threshold or a kernel case broken in its own run is a
 <failure>; a result that cannot be judged (incomplete, not comparable, a kernel case not run) is
-an <error>, as pytest reports a broken fixture. The failure message is the verdict line.
+an <error>, as pytest reports a broken fixture; an inconclusive comparison (a change big enough to
+matter that the questions cannot tell from noise) is <skipped> with the verdict line as its
+reason, so a test dashboard (Buildkite Test Engine) never counts it as a pass. The failure
+message is the verdict line.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from humming_matrix.lmeval.record import Verdict as CheckVerdict
+from humming_matrix.lmeval.record import CheckState
 from humming_matrix.report import Row, RowStatus, StoreReport
 from humming_matrix.report_kernels import KernelRow
 from humming_matrix.report_lm_eval import LmEvalRow
@@ -22,6 +25,15 @@ FAILURES = (RowStatus.REGRESSION, RowStatus.BELOW_THRESHOLD)
 # A server that never became ready says something about the release only next to a neighbour
 # that started in the same environment (a bisect's judgement); alone it cannot be judged.
 ERRORS = (RowStatus.START_FAILED, RowStatus.INCOMPLETE, RowStatus.NOT_COMPARED)
+SKIPPED = (RowStatus.INCONCLUSIVE,)
+
+
+def _outcome(status: RowStatus) -> str | None:
+    if status in FAILURES:
+        return "failure"
+    if status in ERRORS:
+        return "error"
+    return "skipped" if status in SKIPPED else None
 
 
 def _properties(row: Row) -> list[tuple[str, str]]:
@@ -139,7 +151,7 @@ def _lm_eval_properties(row: LmEvalRow) -> list[tuple[str, str]]:
             ("measured", "" if row.check.measured is None else repr(row.check.measured)),
             ("expected", repr(row.check.expected)),
             ("rtol", repr(row.check.rtol)),
-            ("passed_threshold", str(row.check.verdict is CheckVerdict.PASSED).lower()),
+            ("passed_threshold", str(row.check.verdict is CheckState.PASSED).lower()),
         ]
     m = row.comparison
     if m is not None:
@@ -167,15 +179,13 @@ class _Case:
     name: str
     time: float
     properties: list[tuple[str, str]]
-    outcome: str | None  # "failure", "error" or None
+    outcome: str | None  # "failure", "error", "skipped" or None (a pass)
     message: str
     body: str
 
 
 def _gsm8k_case(row: Row) -> _Case:
-    outcome = (
-        "failure" if row.status in FAILURES else "error" if row.status in ERRORS else None
-    )
+    outcome = _outcome(row.status)
     message = _message(row)
     body = message
     if row.comparison is not None and row.comparison.flips:
@@ -205,9 +215,7 @@ def _kernel_case(row: KernelRow) -> _Case:
 
 
 def _lm_eval_case(row: LmEvalRow) -> _Case:
-    outcome = (
-        "failure" if row.status in FAILURES else "error" if row.status in ERRORS else None
-    )
+    outcome = _outcome(row.status)
     message = row.line()
     body = message
     m = row.comparison
@@ -232,7 +240,7 @@ def store_junit(report: StoreReport, now: datetime | None = None, host: str | No
         name="humming-matrix",
         errors=str(sum(c.outcome == "error" for c in cases)),
         failures=str(sum(c.outcome == "failure" for c in cases)),
-        skipped="0",
+        skipped=str(sum(c.outcome == "skipped" for c in cases)),
         tests=str(len(cases)),
         time=f"{sum(c.time for c in cases):.3f}",
         timestamp=(now or datetime.now(timezone.utc)).isoformat(),
@@ -245,6 +253,8 @@ def store_junit(report: StoreReport, now: datetime | None = None, host: str | No
         props = ET.SubElement(case, "properties")
         for name, value in c.properties:
             ET.SubElement(props, "property", name=name, value=value)
-        if c.outcome is not None:
+        if c.outcome == "skipped":
+            ET.SubElement(case, "skipped", type="inconclusive", message=c.message).text = c.body
+        elif c.outcome is not None:
             ET.SubElement(case, c.outcome, message=c.message).text = c.body
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

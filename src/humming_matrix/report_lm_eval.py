@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from humming_matrix.compare import Cell, Settings, Verdict
+from humming_matrix.compare import Cell, Settings, Verdict, the_record
 from humming_matrix.compare_lm_eval import (
     LoadedLmEvalRecord,
     MetricComparison,
@@ -80,6 +80,15 @@ class LmEvalSection:
         return tuple(r for r in self.rows if r.status.failed)
 
 
+def metric_status(m: MetricComparison) -> RowStatus:
+    """A compared row's status: its verdict, or "below threshold" when it misses its pass rule."""
+    status = _FROM_VERDICT[m.verdict]
+    if status is not RowStatus.REGRESSION and m.backstop is not None and backstop_failed(
+            m.backstop):
+        return RowStatus.BELOW_THRESHOLD
+    return status
+
+
 def _session(loaded: LoadedLmEvalRecord) -> str:
     session = loaded.record.environment.get("session")
     return str(session) if session else f"humming-{loaded.cell.humming or 'unknown'}"
@@ -97,7 +106,7 @@ def build_lm_eval_section(
     cells = tuple(sorted({cell for cell, _ in groups}, key=version_key))
     baseline = choose_baseline(cells, baseline_version, "lm-eval ")
     assert baseline is not None  # records is not empty; narrows the type
-    newest = {key: max(group, key=lambda x: x.order) for key, group in groups.items()}
+    newest = {key: the_record(group) for key, group in groups.items()}
     rows: list[LmEvalRow] = []
     for (cell, name), loaded in newest.items():
         rows += _rows(loaded, len(groups[(cell, name)]), newest.get((baseline, name)),
@@ -153,11 +162,7 @@ def _rows(
         return unjudged(RowStatus.NOT_COMPARED, exc.detail)
     out = []
     for m in judged.metrics:
-        status = _FROM_VERDICT[m.verdict]
-        if status is not RowStatus.REGRESSION and m.backstop is not None and backstop_failed(
-                m.backstop):
-            status = RowStatus.BELOW_THRESHOLD
-        out.append(row(m.task, m.key, status, m.candidate, m))
+        out.append(row(m.task, m.key, metric_status(m), m.candidate, m))
     for c in judged.unpaired_checks:
         status = RowStatus.BELOW_THRESHOLD if backstop_failed(c) else RowStatus.THRESHOLD_ONLY
         out.append(row(c.task, c.key, status))

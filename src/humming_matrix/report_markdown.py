@@ -13,6 +13,12 @@ from humming_matrix.compare import (
     Flip,
     NoiseFloor,
 )
+from humming_matrix.compare_lm_eval import (
+    DocFlip,
+    LmEvalComparison,
+    MetricComparison,
+    backstop_text,
+)
 from humming_matrix.report_rows import (
     LM_EVAL_COLUMNS,
     PAIRED_COLUMNS,
@@ -25,12 +31,13 @@ from humming_matrix.report_rows import (
 )
 
 if TYPE_CHECKING:
-    # Types only: `compare_lm_eval` imports the helpers below, and the report model imports it.
+    # Types only: the report model imports the renderers' helpers (plural, table).
     from humming_matrix.report import Row, StoreReport
     from humming_matrix.report_kernels import KernelRow, KernelSection
     from humming_matrix.report_lm_eval import LmEvalRow, LmEvalSection
 
 MAX_BYTES = 1024 * 1024
+TARGET_SHOWN = 40  # characters of a target in text and Markdown (GSM8K's is a whole solution)
 ICONS = {
     RowStatus.REGRESSION: "❌",
     RowStatus.BELOW_THRESHOLD: "❌",
@@ -137,7 +144,8 @@ def comparison_markdown(comparison: Comparison) -> str:
         "",
         f"**{'FAIL' if failed else 'PASS'}**: the gate fails for {failed} of "
         f"{plural(len(comparison.configs), 'config')} (regression: one-sided "
-        f"McNemar mid-p < {s.alpha:g} and a drop of at least {plural(100 * s.min_effect, 'point')}"
+        f"exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
+        f"{plural(100 * s.min_effect, 'point')}"
         "; or below the config's absolute threshold).",
         "",
         *table(
@@ -211,9 +219,11 @@ def _summary(report: StoreReport) -> list[str]:
         f"**{failing} failing** of {plural(len(report.rows), 'result')} "
         f"({plural(len(report.configs), 'config')} x "
         f"{plural(len(report.cells), 'environment')}) in `{report.store}`. Baseline: {base}. "
-        f"Regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"Regression: one-sided exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
         f"{plural(100 * s.min_effect, 'point')}; accuracy in %, Δ in points, 95% intervals "
-        "(Wilson; Newcombe paired); MDE: smallest drop detectable at 80% power.",
+        "(Wilson; Newcombe paired); MDE: the drop the verdict catches with 80% power.",
+        "",
+        report.noise_floor_text(),
     ]
 
 
@@ -403,7 +413,7 @@ def _lm_eval_summary(section: LmEvalSection) -> list[str]:
         f"**{len(section.failures)} failing** of {plural(len(section.rows), 'result')} "
         f"({plural(len(section.configs), 'config')} x "
         f"{plural(len(section.cells), 'environment')}). Baseline: {section.baseline.label}. "
-        f"Regression: one-sided McNemar mid-p < {s.alpha:g} and a drop of at least "
+        f"Regression: one-sided exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
         f"{plural(100 * s.min_effect, 'point')}; below threshold: lm-eval's pass rule, measured "
         ">= value * (1 - rtol). Accuracy: full credit on the paired documents, in %, 95% "
         "intervals (Wilson; Newcombe paired).",
@@ -494,3 +504,67 @@ def store_markdown(report: StoreReport, max_bytes: int = MAX_BYTES) -> str:
         else:
             high = mid - 1
     return _compose(report, False, False, False, low)
+
+
+# --- compare: lm-eval ---------------------------------------------------------------------
+
+
+def short(text: str, limit: int = TARGET_SHOWN) -> str:
+    """One line, at most `limit` characters, keeping the end (where GSM8K's `#### n` sits)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else "…" + flat[-(limit - 1):]
+
+
+def _row(m: MetricComparison) -> list[object]:
+    return [
+        m.config, m.task, m.key,
+        accuracy_cell(m.baseline.accuracy, m.baseline.interval),
+        accuracy_cell(m.candidate.accuracy, m.candidate.interval),
+        *paired_cells(m),
+        "not gated" if m.backstop is None else backstop_text(m.backstop),
+        m.verdict.value,
+    ]
+
+
+def _flips_table(flips: Sequence[DocFlip]) -> list[str]:
+    shown = flips[:FLIPS_SHOWN]
+    lines = table(["document", "target", "baseline", "candidate", "flip"],
+                  [[f.doc_id, short(f.target), short(f.baseline_prediction),
+                    short(f.candidate_prediction), f.direction.value] for f in shown])
+    if len(shown) < len(flips):
+        lines.append(f"\n{len(flips) - len(shown)} more flips in the JSON report.")
+    return lines
+
+
+def lm_eval_comparison_markdown(comparison: LmEvalComparison) -> str:
+    s = comparison.settings
+    metrics = comparison.metrics
+    lines = [
+        "## humming-matrix compare: lm-eval",
+        "",
+        f"**{'FAIL' if comparison.gate_failed else 'PASS'}**: the gate fails for "
+        f"{comparison.failed} of {plural(comparison.judged, 'metric')} (regression: one-sided "
+        f"exact McNemar p (Holm) < {s.alpha:g} and a drop of at least "
+        f"{plural(100 * s.min_effect, 'point')}; or the candidate misses lm-eval's pass rule, "
+        "measured >= value * (1 - rtol)).",
+        "",
+        *table(["config", "task", "metric,filter", "baseline % (95% CI)",
+                "candidate % (95% CI)", "Δ points (95% CI)", "b / c", "mid-p", "MDE",
+                "backstop", "verdict"], [_row(m) for m in metrics]),
+    ]
+    unpaired = [(cfg.config, c) for cfg in comparison.configs for c in cfg.unpaired_checks]
+    if unpaired:
+        lines += ["", "Checked by the backstop only (no 0/1 outcome per document to pair):", "",
+                  *table(["config", "task", "metric,filter", "backstop"],
+                         [[name, c.task, c.key, backstop_text(c)] for name, c in unpaired])]
+    for cfg in comparison.configs:
+        for m in cfg.metrics:
+            lines += ["", f"### {cell(m.name)}: {m.verdict.value}", "", f"`{m.line()}`", "",
+                      f"- baseline: {cfg.baseline.cell.label}; run `{cfg.baseline.run_id}` "
+                      f"({cfg.baseline.created})",
+                      f"- candidate: {cfg.candidate.cell.label}; run `{cfg.candidate.run_id}` "
+                      f"({cfg.candidate.created})"]
+            if m.flips:
+                lines += ["", *_flips_table(m.flips)]
+    return "\n".join(lines) + "\n"
+

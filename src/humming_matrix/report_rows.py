@@ -79,7 +79,7 @@ class RowStatus(Enum):
     NOT_COMPARED = "not compared"
     INCONCLUSIVE = "inconclusive"
     IMPROVEMENT = "improvement"
-    NO_CHANGE = "no change"
+    NO_CHANGE = "no change detected"
     # lm-eval: a graded metric has no per-document outcome to pair; its pass rule still holds.
     THRESHOLD_ONLY = "threshold only"
     BASELINE = "baseline"

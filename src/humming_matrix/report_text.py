@@ -9,9 +9,8 @@ from humming_matrix.compare_lm_eval import (
     MetricComparison,
     backstop_failed,
     backstop_text,
-    short,
 )
-from humming_matrix.report_markdown import plural
+from humming_matrix.report_markdown import plural, short
 
 
 def _block(c: ConfigComparison) -> list[str]:
@@ -29,11 +28,15 @@ def _block(c: ConfigComparison) -> list[str]:
         f"[{points(c.difference_interval.low)}, {points(c.difference_interval.high)}]",
         f"  flips      b={t.right_to_wrong} right->wrong, c={t.wrong_to_right} wrong->right; "
         f"one-sided mid-p {c.p_regression:.3g} (worse), {c.p_improvement:.3g} (better)",
-        "  detectable "
+        f"  gated p    {c.test.p_regression_family:.3g} (worse), "
+        f"{c.test.p_improvement_family:.3g} (better): exact, Holm over "
+        f"{c.test.family_size}",
+        "  could miss "
         + (
-            "no drop reaches 80% power with these questions"
+            "any drop: none reaches 80% power with these questions"
             if c.mde is None
-            else f"{100 * c.mde:.2f} points at 80% power (alpha {c.settings.alpha:g})"
+            else f"a drop of {100 * c.mde:.2f} points (the verdict's 80% power at "
+            f"{100 * c.test.noise_rate:.2g}% discordance)"
         ),
         f"  threshold  {c.candidate.record_accuracy:.4f} vs {c.candidate.threshold:g} - "
         f"{c.candidate.tolerance:g}: {'pass' if c.candidate.passed_threshold else 'FAIL'}",
@@ -89,11 +92,15 @@ def _metric_block(m: MetricComparison) -> list[str]:
         f"[{points(m.difference_interval.low)}, {points(m.difference_interval.high)}]",
         f"    flips      b={t.right_to_wrong} right->wrong, c={t.wrong_to_right} wrong->right; "
         f"one-sided mid-p {m.p_regression:.3g} (worse), {m.p_improvement:.3g} (better)",
-        "    detectable "
+        f"    gated p    {m.test.p_regression_family:.3g} (worse), "
+        f"{m.test.p_improvement_family:.3g} (better): exact, Holm over "
+        f"{m.test.family_size}",
+        "    could miss "
         + (
-            "no drop reaches 80% power with these documents"
+            "any drop: none reaches 80% power with these documents"
             if m.mde is None
-            else f"{100 * m.mde:.2f} points at 80% power (alpha {m.settings.alpha:g})"
+            else f"a drop of {100 * m.mde:.2f} points (the verdict's 80% power at "
+            f"{100 * m.test.noise_rate:.2g}% discordance)"
         ),
         "    backstop   "
         + ("not gated: the config names no such metric" if m.backstop is None

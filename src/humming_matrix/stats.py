@@ -13,12 +13,14 @@ Methods (and why):
   Statistical Science 16:101-133, 2001), which behaves near 0 and 1 where the Wald interval fails.
 - Paired difference: Newcombe's hybrid score interval for paired proportions, "method 10" of
   R. G. Newcombe, "Improved confidence intervals for the difference between binomial proportions
-  based on paired data", Statistics in Medicine 17:2635-2650 (1998). It combines the Wilson limits
-  of both accuracies with the observed correlation phi between the runs, so it is narrow when the
-  runs agree on most questions (the usual case for two kernel versions) and never degenerates to a
-  zero-width interval when b + c = 0. phi is the plain phi coefficient (ad - bc) / sqrt(product of
-  the margins), taken as 0 when a margin is empty, without the n/2 continuity adjustment of the
-  continuity-corrected "method 11".
+  based on paired data", Statistics in Medicine 17:2635-2650 (1998), the "Newcombe
+  square-and-add" interval of Fagerland, Lydersen & Laake, Statistical Analysis of Contingency
+  Tables (2017), ch. 8. It combines the Wilson limits of both accuracies with a correlation
+  estimate between the runs, so it is narrow when the runs agree on most questions (the usual
+  case for two kernel versions). The correlation is method 10's, not the plain phi coefficient:
+  with A = ad - bc it is (A - n/2) / sqrt(product of the margins) when A > n/2, 0 when
+  0 <= A <= n/2, A / sqrt(...) when A < 0, and 0 when a margin is empty. The n/2 shrinkage is
+  what keeps the interval from collapsing to zero width when b = c = 0 (the plain phi is then 1).
 - Test: the exact McNemar test conditions on the m = b + c discordant questions, under which b is
   Binomial(m, 1/2) when neither run is better. The one-sided mid-p (Lancaster 1961) counts half
   the probability of the observed count: P(X > b) + P(X = b) / 2. The plain exact p-value is
@@ -123,11 +125,21 @@ def paired_difference_interval(table: PairedTable, confidence: float = 0.95) -> 
 
 
 def _phi(table: PairedTable) -> float:
+    """Method 10's correlation estimate (module docstring): phi with A = ad - bc shrunk by n/2."""
     a, b, c, d = table.both_right, table.right_to_wrong, table.wrong_to_right, table.both_wrong
     margins = (a + b) * (c + d) * (a + c) * (b + d)
     if margins == 0:
         return 0.0
-    return max(-1.0, min(1.0, (a * d - b * c) / math.sqrt(margins)))
+    # Twice A against n keeps the test exact in integers (n/2 is a half for odd n).
+    twice = 2 * (a * d - b * c)
+    n = table.n
+    if twice > n:
+        numerator = (twice - n) / 2.0
+    elif twice >= 0:
+        return 0.0
+    else:
+        numerator = float(a * d - b * c)
+    return max(-1.0, min(1.0, numerator / math.sqrt(margins)))
 
 
 def _combine(x: float, y: float, phi: float) -> float:
@@ -152,6 +164,22 @@ def mcnemar_midp(k: int, m: int) -> float:
     return _upper_tail_twice_midp(k, m) / (1 << (m + 1))
 
 
+def mcnemar_exact(k: int, m: int) -> float:
+    """One-sided exact conditional McNemar p: P(X >= k) with X ~ Binomial(m, 1/2). Its size is
+    at most alpha for every m (mid-p's is not), so it is the test the gate blocks on."""
+    if m < 0 or not 0 <= k <= m:
+        raise ValueError(f"need 0 <= k <= m, got k={k}, m={m}")
+    return sum(math.comb(m, j) for j in range(k, m + 1)) / (1 << m)
+
+
+def regression_exact(table: PairedTable) -> float:
+    return mcnemar_exact(table.right_to_wrong, table.discordant)
+
+
+def improvement_exact(table: PairedTable) -> float:
+    return mcnemar_exact(table.wrong_to_right, table.discordant)
+
+
 def regression_midp(table: PairedTable) -> float:
     return mcnemar_midp(table.right_to_wrong, table.discordant)
 
@@ -161,9 +189,22 @@ def improvement_midp(table: PairedTable) -> float:
 
 
 @lru_cache(maxsize=16384)
-def critical_count(m: int, alpha: float) -> int | None:
-    """The smallest k whose one-sided mid-p out of m discordant questions is below alpha, or None
-    when even k = m is not (m too small for this alpha: 4 at alpha 0.05)."""
+def critical_count(m: int, alpha: float, mid: bool = True) -> int | None:
+    """The smallest k whose one-sided mid-p (with `mid` False: exact p) out of m discordant
+    questions is below alpha, or None when even k = m is not (m too small for this alpha: 4 at
+    alpha 0.05 for mid-p)."""
+    if not mid:
+        bound_exact = Fraction(alpha) * (1 << m)
+        tail = 0  # sum_{j>=k} C(m, j)
+        term = 1
+        found_exact: int | None = None
+        for k in range(m, -1, -1):
+            tail += term
+            if tail >= bound_exact:
+                break
+            found_exact = k
+            term = term * k // (m - k + 1)
+        return found_exact
     bound = Fraction(alpha) * (1 << (m + 1))
     upper = 0  # sum_{j>k} C(m, j), built from the top down
     term = 1  # C(m, m)
@@ -225,14 +266,19 @@ def _sum_away_from_mode(start: int, n: int, p: float, upward: bool) -> float:
     return total
 
 
-def regression_power(n: int, discordance: float, drop: float, alpha: float) -> float:
-    """Probability that the one-sided mid-p test at `alpha` flags a regression of size `drop`.
+def regression_power(
+    n: int, discordance: float, drop: float, alpha: float, min_net: int = 0, mid: bool = True
+) -> float:
+    """Probability that the one-sided mid-p test at `alpha` flags a regression of size `drop`
+    with at least `min_net` more right -> wrong than wrong -> right flips (b - c >= min_net: the
+    verdict's minimum effect, in questions; 0 for the test alone).
 
     Model: on each of n questions the runs disagree symmetrically with probability `discordance`
     (half right -> wrong, half wrong -> right: the noise), and the candidate additionally turns a
     right answer wrong with probability `drop`. So (b, c, rest) is multinomial with
     p_b = discordance / 2 + drop and p_c = discordance / 2; given m = b + c,
-    b ~ Binomial(m, p_b / (p_b + p_c)), and the test rejects when b >= critical_count(m).
+    b ~ Binomial(m, p_b / (p_b + p_c)), and the verdict is "regression" when
+    b >= max(critical_count(m), ceil((m + min_net) / 2)).
     """
     p_b = discordance / 2.0 + drop
     p_c = discordance / 2.0
@@ -249,8 +295,11 @@ def regression_power(n: int, discordance: float, drop: float, alpha: float) -> f
     m_hi = min(n, math.ceil(n * q + spread))
     power = 0.0
     for m in range(m_lo, m_hi + 1):
-        k = critical_count(m, alpha)
+        k = critical_count(m, alpha, mid)
         if k is None:
+            continue
+        k = max(k, (m + min_net + 1) // 2)
+        if k > m:
             continue
         # q == 1: every question is discordant, M == n surely (and log1p(-q) is undefined).
         weight = float(m == n) if q >= 1.0 else math.exp(_log_binom_pmf(m, n, q))
@@ -261,11 +310,17 @@ def regression_power(n: int, discordance: float, drop: float, alpha: float) -> f
 
 @lru_cache(maxsize=4096)
 def minimum_detectable_effect(
-    n: int, discordance: float, alpha: float = 0.05, power: float = 0.8
+    n: int,
+    discordance: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    min_net: int = 0,
+    mid: bool = True,
 ) -> float | None:
     """The smallest accuracy drop (a fraction: 0.01 is one point) that the one-sided mid-p test at
-    `alpha` flags with probability `power`, given the run-to-run discordance (the observed
-    (b + c) / n, or an A/A pair's). None when no drop up to 1 - discordance reaches that power.
+    `alpha` flags with probability `power` (with `min_net`, the verdict: the test and a net of at
+    least `min_net` right -> wrong flips), given the run-to-run discordance without the drop (an
+    A/A pair's). None when no drop up to 1 - discordance reaches that power.
 
     Exact under the model of `regression_power`, to 1e-5 absolute; found by bisection, since the
     power grows with the drop.
@@ -275,7 +330,7 @@ def minimum_detectable_effect(
     if not 0.0 <= discordance <= 1.0:
         raise ValueError(f"discordance must be in [0, 1], got {discordance}")
     ceiling = 1.0 - discordance
-    if ceiling <= 0.0 or regression_power(n, discordance, ceiling, alpha) < power:
+    if ceiling <= 0.0 or regression_power(n, discordance, ceiling, alpha, min_net, mid) < power:
         return None
     # The normal approximation (z_alpha + z_power) * sqrt(discordance / n) brackets the answer
     # closely, which saves most of the bisection steps.
@@ -284,14 +339,14 @@ def minimum_detectable_effect(
     )
     lo, hi = 0.0, ceiling
     probe = min(ceiling, 2.0 * guess + 8.0 / n)
-    if regression_power(n, discordance, probe, alpha) >= power:
+    if regression_power(n, discordance, probe, alpha, min_net, mid) >= power:
         hi = probe
     else:
         lo = probe
     while hi - lo > 1e-5:
-        mid = (lo + hi) / 2.0
-        if regression_power(n, discordance, mid, alpha) >= power:
-            hi = mid
+        middle = (lo + hi) / 2.0
+        if regression_power(n, discordance, middle, alpha, min_net, mid) >= power:
+            hi = middle
         else:
-            lo = mid
+            lo = middle
     return hi

@@ -8,9 +8,9 @@ The planted outcomes (20 documents; `wrong`: answered label + 1, `no_marker`: ri
 
     run                      strict-match wrong         flexible-extract wrong
     baseline (0.1.6)         1, 2, 4                    1, 4
-    candidate (0.1.10)       1, 5..12                   1
+    candidate (0.1.10)       1, 5..16                   1
 
-strict-match:     both right 9, b = 8 (5..12), c = 2 (2, 4), both wrong 1 (doc 1)
+strict-match:     both right 5, b = 12 (5..16), c = 2 (2, 4), both wrong 1 (doc 1)
 flexible-extract: both right 18, b = 0, c = 1 (4), both wrong 1
 """
 
@@ -34,10 +34,12 @@ from .test_compare_runs import run_env
 from .test_lm_eval import FLEXIBLE, STRICT, write_config
 
 BASELINE = {"lm_eval": True, "wrong": [1, 4], "no_marker": [2]}
-CANDIDATE = {"lm_eval": True, "wrong": [1], "no_marker": list(range(5, 13))}
+CANDIDATE = {"lm_eval": True, "wrong": [1], "no_marker": list(range(5, 17))}
 STRICT_FLIPS = [(2, "wrong->right"), (4, "wrong->right")] + [
-    (i, "right->wrong") for i in range(5, 13)]
-STRICT_MIDP = (2 * (10 + 1) + 45) / 2**11  # b = 8 of m = 10: 2 (C(10,9) + C(10,10)) + C(10,8)
+    (i, "right->wrong") for i in range(5, 17)]
+# b = 12 of m = 14: mid-p 2 (C(14,13) + C(14,14)) + C(14,12) over 2^15; exact p C(14,12..14) / 2^14
+STRICT_MIDP = (2 * (14 + 1) + 91) / 2**15
+STRICT_EXACT = (91 + 14 + 1) / 2**14
 
 
 def only_path(store: Path) -> Path:
@@ -46,9 +48,13 @@ def only_path(store: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def runs(lm_eval_runs: Path) -> Path:
+    """build_lm_eval_runs, made once per session (conftest) and only read here."""
+    return lm_eval_runs
+
+
+def build_lm_eval_runs(root: Path) -> Path:
     """Two real lm-eval runs (store/v0.1.6, store/v0.1.10) and one short GSM8K run (gsm8k/)."""
-    root = tmp_path_factory.mktemp("lm-eval-runs")
     config = write_config(root, strict=0.9, flexible=0.9)  # threshold 0.9 * 0.92 = 0.828
     for version, policy in (("0.1.6", BASELINE), ("0.1.10", CANDIDATE)):
         done = cli("lm-eval", "--config", config, "--results", root / "store" / f"v{version}",
@@ -82,22 +88,25 @@ def test_a_regression_in_one_filter_with_exact_flips(runs: Path, tmp_path: Path)
     strict, flexible = config["metrics"]  # in the order the config names them
 
     assert (strict["task"], strict["key"], strict["verdict"]) == ("gsm8k", STRICT, "regression")
-    assert strict["table"] == {"both_right": 9, "right_to_wrong": 8, "wrong_to_right": 2,
+    assert strict["table"] == {"both_right": 5, "right_to_wrong": 12, "wrong_to_right": 2,
                                "both_wrong": 1}
-    assert (strict["b"], strict["c"], strict["paired_documents"]) == (8, 2, 20)
+    assert (strict["b"], strict["c"], strict["paired_documents"]) == (12, 2, 20)
     assert strict["midp_regression"] == STRICT_MIDP
-    assert strict["difference"] == -6 / 20
-    assert (strict["baseline"]["correct"], strict["candidate"]["correct"]) == (17, 11)
-    wilson = sp.binomtest(11, 20).proportion_ci(0.95, method="wilson")  # independent of stats
+    assert strict["p_regression_exact"] == STRICT_EXACT
+    # The family is both rows: Holm doubles the smaller exact p (flexible's "worse" p is 1).
+    assert (strict["family_size"], strict["p_regression_family"]) == (2, 2 * STRICT_EXACT)
+    assert strict["difference"] == -10 / 20
+    assert (strict["baseline"]["correct"], strict["candidate"]["correct"]) == (17, 7)
+    wilson = sp.binomtest(7, 20).proportion_ci(0.95, method="wilson")  # independent of stats
     assert strict["candidate"]["accuracy_interval"] == pytest.approx([wilson.low, wilson.high],
                                                                      abs=1e-12)
-    interval = paired_difference_interval(PairedTable(9, 8, 2, 1))
+    interval = paired_difference_interval(PairedTable(5, 12, 2, 1))
     assert strict["difference_interval"] == [interval.low, interval.high]
     assert [(f["doc_id"], f["direction"]) for f in strict["flips"]] == STRICT_FLIPS
     assert (strict["flips"][0]["baseline_prediction"],
             strict["flips"][0]["candidate_prediction"]) == ("[invalid]", "70000")
     assert strict["flips"][0]["target"].endswith("#### 70000")
-    assert strict["backstop"]["measured"] == 0.55
+    assert strict["backstop"]["measured"] == 0.35
     assert (strict["backstop"]["verdict"], strict["gate_failed"]) == ("failed", True)
 
     assert (flexible["key"], flexible["verdict"]) == (FLEXIBLE, "inconclusive")
@@ -110,14 +119,15 @@ def test_a_regression_in_one_filter_with_exact_flips(runs: Path, tmp_path: Path)
 
     assert "  gsm8k exact_match,strict-match: REGRESSION  [GATE FAILED]\n" in stdout
     assert "    baseline   0.8500 [0.6396, 0.9476] (17/20)\n" in stdout
-    assert ("    flips      b=8 right->wrong, c=2 wrong->right; one-sided mid-p 0.0327 (worse), "
-            "0.967 (better)\n") in stdout
-    assert "    backstop   FAIL (0.5500 vs 0.9 * (1 - 0.08) = 0.8280)\n" in stdout
+    assert ("    flips      b=12 right->wrong, c=2 wrong->right; one-sided mid-p 0.00369 (worse), "
+            "0.996 (better)\n") in stdout
+    assert ("    gated p    0.0129 (worse), 1 (better): exact, Holm over 2\n") in stdout
+    assert "    backstop   FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280)\n" in stdout
     assert "  gsm8k exact_match,flexible-extract: INCONCLUSIVE\n" in stdout
     assert stdout.endswith("\ngate failed for 1 of 2 lm-eval metrics\n")
     assert ("| Model-FP8 | gsm8k | exact_match,strict-match | 85.00 [63.96, 94.76] | "
-            "55.00 [34.21, 74.18] | -30.00 [-53.82, -0.16] | 8 / 2 | 0.0327 | n/a | "
-            "FAIL (0.5500 vs 0.9 * (1 - 0.08) = 0.8280) | regression |") in md.read_text()
+            "35.00 [18.12, 56.71] | -50.00 [-71.73, -15.81] | 12 / 2 | 0.00369 | 53.36 | "
+            "FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280) | regression |") in md.read_text()
 
 
 def test_the_other_way_round_is_an_improvement_and_passes(runs: Path) -> None:
@@ -125,8 +135,8 @@ def test_the_other_way_round_is_an_improvement_and_passes(runs: Path) -> None:
                                    only_path(runs / "store" / "v0.1.6"))
     assert (code, stderr) == (0, "")
     assert "  gsm8k exact_match,strict-match: IMPROVEMENT\n" in stdout
-    assert ("    flips      b=2 right->wrong, c=8 wrong->right; one-sided mid-p 0.967 (worse), "
-            "0.0327 (better)\n") in stdout
+    assert ("    flips      b=2 right->wrong, c=12 wrong->right; one-sided mid-p 0.996 (worse), "
+            "0.00369 (better)\n") in stdout
     assert "  gsm8k exact_match,flexible-extract: INCONCLUSIVE\n" in stdout
     assert "    backstop   pass (0.8500 vs 0.9 * (1 - 0.08) = 0.8280)\n" in stdout
     assert "GATE FAILED" not in stdout
@@ -135,14 +145,14 @@ def test_the_other_way_round_is_an_improvement_and_passes(runs: Path) -> None:
 
 def test_the_backstop_alone_fails_the_gate(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
-    # A 30-point drop under a 50-point minimum effect is "no change"; lm-eval's rule still fails.
+    # A 50-point drop under a 60-point minimum effect is "no change"; lm-eval's rule still fails.
     code, stdout, _ = compare(runs / "store" / "v0.1.6", runs / "store" / "v0.1.10",
-                              "--min-effect", "0.5", "--json", out)
+                              "--min-effect", "0.6", "--json", out)
     assert code == 1
     strict, flexible = json.loads(out.read_text())["configs"][0]["metrics"]
-    assert (strict["verdict"], strict["gate_failed"]) == ("no change", True)
-    assert (flexible["verdict"], flexible["gate_failed"]) == ("no change", False)
-    assert "  gsm8k exact_match,strict-match: NO CHANGE  [GATE FAILED]\n" in stdout
+    assert (strict["verdict"], strict["gate_failed"]) == ("no change detected", True)
+    assert (flexible["verdict"], flexible["gate_failed"]) == ("no change detected", False)
+    assert "  gsm8k exact_match,strict-match: NO CHANGE DETECTED  [GATE FAILED]\n" in stdout
 
 
 def edited_copy(source: Path, directory: Path, edit: Any) -> Path:
@@ -248,7 +258,7 @@ def test_a_store_of_both_suites_is_judged_on_both(runs: Path, tmp_path: Path) ->
     document = json.loads(out.read_text())
     [gsm8k] = document["configs"]
     assert (gsm8k["config"], gsm8k["verdict"], gsm8k["gate_failed"]) == (
-        "double", "no change", False)
+        "double", "no change detected", False)
     assert document["gate_failed"] is True
     assert document["lm_eval"]["gate_failed"] is True
     assert [m["verdict"] for m in document["lm_eval"]["configs"][0]["metrics"]] == [

@@ -99,9 +99,13 @@ def build_run_store(root: Path, versions: tuple[str, ...]) -> Path:
     return root / "store"
 
 
+RUN_VERSIONS = ("0.1.6", "0.1.7", "0.1.10", "0.1.12")
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_run_store(tmp_path_factory.mktemp("runs"), ("0.1.6", "0.1.7", "0.1.10", "0.1.12"))
+def runs(gsm8k_runs: Path) -> Path:
+    """build_run_store(RUN_VERSIONS), made once per session (conftest) and only read here."""
+    return gsm8k_runs
 
 
 def labels() -> list[int]:

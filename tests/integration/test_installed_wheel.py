@@ -345,7 +345,8 @@ def test_bisect_and_premerge_use_the_checkout(installed: Checkout, headline: Don
         "premerge: old cell humming-0.1.19, new cell humming-0.1.20",
         "premerge: humming-0.1.19: reused stored records",
         "premerge: humming-0.1.20: ran",
-        "premerge: pass: humming-0.1.19 -> humming-0.1.20: double: no change, +0.00 points "
+        "premerge: pass: humming-0.1.19 -> humming-0.1.20: double: no change detected (too "
+        "few questions to detect any drop), +0.00 points "
         "[-56.15, +56.15], mid-p 0.5, b=0 c=0",
     ]
     assert installed.sessions("results/local") == [

@@ -21,8 +21,8 @@ import pytest
 from humming_matrix.compare import Settings, decide
 from humming_matrix.compare import Verdict as CompareVerdict
 from humming_matrix.lmeval.record import (
+    CheckState,
     LmEvalRecord,
-    Verdict,
     iter_lm_eval_records,
     paired_table,
 )
@@ -92,7 +92,7 @@ def test_lm_eval_runs_against_the_server_and_the_record_agrees_with_it(tmp_path:
     assert record.complete
     assert not record.passed
     strict, flexible = record.checks
-    assert (strict.verdict, flexible.verdict) == (Verdict.PASSED, Verdict.FAILED)
+    assert (strict.verdict, flexible.verdict) == (CheckState.PASSED, CheckState.FAILED)
 
     # Every document's outcome under each filter, as the double was told to answer...
     strict_outcomes = record.outcomes("gsm8k", STRICT)

@@ -108,8 +108,8 @@ def test_bump_to_bad_fails_and_bump_to_good_passes_reusing_the_baseline(ws: Work
     assert "premerge: humming-0.1.4: reused stored records" in good.stdout.splitlines()
     assert "premerge: humming-0.1.5: ran" in good.stdout.splitlines()
     assert good.stdout.splitlines()[-1] == (
-        "premerge: pass: humming-0.1.4 -> humming-0.1.5: double: no change, +0.00 points "
-        "[-11.35, +11.35], mid-p 0.5, b=0 c=0"
+        "premerge: pass: humming-0.1.4 -> humming-0.1.5: double: no change detected (could miss "
+        "a drop of 21.39 points), +0.00 points [-11.35, +11.35], mid-p 0.5, b=0 c=0"
     )
     assert len(ws.record_files() - records) == 1  # only the new pin ran
 

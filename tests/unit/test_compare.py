@@ -103,10 +103,13 @@ SETTINGS = Settings()
 @pytest.mark.parametrize(
     ("b", "c", "n", "min_effect", "verdict"),
     [
-        (4, 0, 400, 0.01, Verdict.REGRESSION),  # exactly one point, mid-p 1/32 < 0.05
-        (3, 0, 300, 0.01, Verdict.INCONCLUSIVE),  # one point but mid-p 1/16
+        (5, 0, 500, 0.01, Verdict.REGRESSION),  # exactly one point, exact p 1/32 < 0.05
+        # one point, mid-p 1/32 < 0.05 but the gated exact p is 1/16: mid-p's size exceeds alpha
+        (4, 0, 400, 0.01, Verdict.INCONCLUSIVE),
+        (3, 0, 300, 0.01, Verdict.INCONCLUSIVE),  # one point but exact p 1/8
         (5, 0, 1000, 0.01, Verdict.NO_CHANGE),  # significant (1/64) but half a point
-        (0, 4, 400, 0.01, Verdict.IMPROVEMENT),
+        (0, 5, 500, 0.01, Verdict.IMPROVEMENT),
+        (0, 4, 400, 0.01, Verdict.INCONCLUSIVE),
         (0, 3, 300, 0.01, Verdict.INCONCLUSIVE),
         (0, 0, 40, 0.01, Verdict.NO_CHANGE),
         (20, 20, 40, 0.01, Verdict.NO_CHANGE),
@@ -168,8 +171,9 @@ def test_regression_fails_the_gate_and_the_line_says_why() -> None:
         "cfg: regression: 1.0000 -> 0.9500 (-5.00 points, 95% CI "
         f"[{100 * result.difference_interval.low:+.2f}, "
         f"{100 * result.difference_interval.high:+.2f}]) on 200 paired questions; b=10 c=0; "
-        f"mid-p(worse) {0.5**11:.3g} vs alpha 0.05; min effect 1, MDE "
-        f"{100 * result.mde:.2f} points"  # type: ignore[operator]
+        f"mid-p(worse) {0.5**11:.3g}, gated p (exact) {0.5**10:.3g} vs alpha 0.05; min effect "
+        "1, verdict MDE "
+        f"{100 * result.mde:.2f} points at 0% discordance (2 min(b, c)/n)"  # type: ignore[operator]
     )
 
 
@@ -273,10 +277,21 @@ def test_a_side_with_two_environments_is_refused(tmp_path: Path) -> None:
         compare_locations(base, cand, SETTINGS)
 
 
-def test_newest_incomplete_record_is_refused(tmp_path: Path) -> None:
-    older = make_record()
+def test_the_record_of_a_config_is_the_newest_complete_one(tmp_path: Path) -> None:
+    """One lookup policy (`compare.the_record`, also the report's): complete records only; a
+    newer run that stopped early does not hide an older complete one."""
+    older = make_record(wrong=[7])
     partial = make_record(complete=False)  # made second: the newer run
     base = store(tmp_path / "base", older, partial)
+    cand = store(tmp_path / "cand", make_record(version="0.1.10"))
+    [config] = compare_locations(base, cand, SETTINGS).configs
+    assert config.baseline.run_id == older.run_id
+    assert (config.table.right_to_wrong, config.table.wrong_to_right) == (0, 1)
+
+
+def test_a_side_with_only_an_incomplete_record_is_refused(tmp_path: Path) -> None:
+    partial = make_record(complete=False)
+    base = store(tmp_path / "base", partial)
     cand = store(tmp_path / "cand", make_record(version="0.1.10"))
     with pytest.raises(RecordError) as refused:
         compare_locations(base, cand, SETTINGS)
@@ -432,3 +447,13 @@ def test_cli_refuses_to_pair_gsm8k_with_kernel_records(
         f"humming-matrix: error: nothing to pair: {base} holds gsm8k records and {cand} holds "
         "kernels records\n"
     )
+
+
+def test_compare_help_has_single_percent_signs(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse does not %-format a description: a "%%" there reached the user doubled."""
+    with pytest.raises(SystemExit) as done:
+        main(["compare", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "accuracies with 95% Wilson intervals" in text
+    assert "%%" not in text

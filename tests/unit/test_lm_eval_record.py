@@ -12,9 +12,9 @@ import yaml
 from humming_matrix.errors import ConfigError, RecordError
 from humming_matrix.lmeval.config import load_lm_eval_config
 from humming_matrix.lmeval.record import (
+    CheckState,
     LmEvalRecord,
     MetricCheck,
-    Verdict,
     checks_from_output,
     load_lm_eval_record,
     paired_outcomes,
@@ -76,7 +76,7 @@ def test_the_pass_rule_is_vllms_relative_tolerance() -> None:
     assert passes(0.25, 0.5, 0.5)
     assert not passes(0.2499, 0.5, 0.5)
     check = MetricCheck("gsm8k", "exact_match", "exact_match,none", 0.5, 0.5, None, None, 0)
-    assert check.verdict is Verdict.MISSING
+    assert check.verdict is CheckState.MISSING
 
 
 def test_checks_judge_each_metric_and_agree_with_the_samples(tmp_path: Path) -> None:
@@ -84,9 +84,9 @@ def test_checks_judge_each_metric_and_agree_with_the_samples(tmp_path: Path) -> 
     strict, flexible = record.checks
     assert (strict.measured, strict.per_sample, strict.threshold, strict.num_samples) == (
         0.25, 0.25, 0.25, 4)
-    assert strict.verdict is Verdict.PASSED
+    assert strict.verdict is CheckState.PASSED
     assert (flexible.measured, flexible.threshold, flexible.verdict) == (0.75, 0.45,
-                                                                         Verdict.PASSED)
+                                                                         CheckState.PASSED)
     assert record.passed
     assert strict.line() == ("gsm8k | exact_match,strict-match: ground_truth=0.5000 | "
                              "measured=0.2500 | rtol=0.5 | threshold=0.2500 | n=4 -> PASSED")
@@ -102,7 +102,7 @@ def test_a_metric_lm_eval_did_not_report_fails_the_record(tmp_path: Path) -> Non
     out = output([1, 1, 1, 1], [1, 1, 1, 1])
     samples = samples_from_output(out, path)
     checks = checks_from_output(config, out, samples, path)
-    assert [c.verdict for c in checks] == [Verdict.PASSED, Verdict.MISSING]
+    assert [c.verdict for c in checks] == [CheckState.PASSED, CheckState.MISSING]
     assert checks[1].line().endswith("measured=missing | rtol=0.5 | threshold=0.4500 | n=0 -> "
                                      "MISSING")
 

@@ -181,3 +181,20 @@ def test_report_command_writes_every_format(
     assert capsys.readouterr().err == (
         f"humming-matrix: error: {out}: holds no record (GSM8K, kernels or lm-eval)\n"
     )
+
+
+def test_the_a_a_floor_sets_the_verdict_mde_and_the_report_says_where_there_is_none(
+    report: StoreReport,
+) -> None:
+    """alpha's baseline has an A/A pair (1 of 200 discordant): its rows' MDE assumes that noise,
+    not the pair's own flips (10 of them, the regression itself); beta has no repeat."""
+    regression = report.rows[0].comparison
+    assert regression is not None
+    assert (regression.test.noise_from_calibration, regression.test.noise_rate) == (True, 1 / 200)
+    assert regression.test.family_size == 3  # the compared rows: alpha 0.1.7, 0.1.10, beta 0.1.7
+    assert report.noise_floor_text() == (
+        "Noise floor (A/A repeats of the baseline): alpha 1/200 questions discordant (0.50%). "
+        "No A/A repeat of the baseline for beta: the MDE there assumes 2 min(b, c)/n of each "
+        "pair; run the baseline cell twice into the store to measure the floor."
+    )
+    assert report.noise_floor_text() in store_markdown(report)

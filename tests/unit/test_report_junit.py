@@ -15,7 +15,9 @@ import pytest
 from humming_matrix.compare import Settings
 from humming_matrix.report import build_report
 from humming_matrix.report_junit import store_junit
+from humming_matrix.results import write_record
 
+from .test_compare import make_record
 from .test_report import build_store
 
 PYTEST_SAMPLE = """
@@ -34,6 +36,9 @@ def broken():
 
 def test_error(broken):
     pass
+
+def test_skip():
+    pytest.skip("inconclusive")
 """
 
 # Attributes pytest always writes, which consumers rely on; `file` and `line` point at test
@@ -53,6 +58,7 @@ REQUIRED = {
     "property": {"name", "value"},
     "failure": {"message"},
     "error": {"message"},
+    "skipped": {"type", "message"},
 }
 
 
@@ -97,8 +103,17 @@ def pytest_shape(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]
     return shape(ET.parse(out).getroot())
 
 
+def build_store_with_inconclusive(directory: Path) -> Path:
+    """The unit report store plus alpha on 0.1.9, three questions worse: 1.5 points, but an
+    exact p of 1/8, so inconclusive."""
+    build_store(directory)
+    write_record(directory, make_record(wrong=[*range(5), 150, 151, 152], n=200, config="alpha",
+                                        version="0.1.9"))
+    return directory
+
+
 def junit_root(tmp_path: Path) -> ET.Element:
-    report = build_report(build_store(tmp_path / "store"), Settings())
+    report = build_report(build_store_with_inconclusive(tmp_path / "store"), Settings())
     text = store_junit(report, now=datetime(2026, 12, 2, tzinfo=timezone.utc), host="ci-1")
     return ET.fromstring(text)
 
@@ -120,6 +135,7 @@ def test_structure_matches_what_pytest_writes(
         "/testsuites/testsuite/testcase/properties/property",
         "/testsuites/testsuite/testcase/failure",
         "/testsuites/testsuite/testcase/error",
+        "/testsuites/testsuite/testcase/skipped",
     }
 
 
@@ -132,14 +148,23 @@ def test_one_testcase_per_cell_and_config(tmp_path: Path) -> None:
         ("humming-0.1.7", "beta"),
         ("humming-0.1.12", "alpha"),
         ("humming-0.1.10", "beta"),
+        ("humming-0.1.9", "alpha"),
         ("humming-0.1.7", "alpha"),
         ("humming-0.1.6", "alpha"),
         ("humming-0.1.6", "beta"),
     ]
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("7", "2", "2")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
+            suite.get("skipped")) == ("8", "2", "2", "1")
     assert (suite.get("timestamp"), suite.get("hostname")) == ("2026-12-02T00:00:00+00:00", "ci-1")
-    assert [len(c.findall("failure")) for c in cases] == [1, 1, 0, 0, 0, 0, 0]
-    assert [len(c.findall("error")) for c in cases] == [0, 0, 1, 1, 0, 0, 0]
+    assert [len(c.findall("failure")) for c in cases] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert [len(c.findall("error")) for c in cases] == [0, 0, 1, 1, 0, 0, 0, 0]
+    # Inconclusive is not a pass: skipped, with the verdict line as the reason.
+    [skipped] = cases[4].findall("skipped")
+    assert skipped.get("type") == "inconclusive"
+    assert skipped.get("message", "").startswith(
+        "alpha: inconclusive (could miss a drop of ")
+    assert "b=3 c=0" in skipped.get("message", "")
+    assert [len(c.findall("skipped")) for c in cases] == [0, 0, 0, 0, 1, 0, 0, 0]
 
 
 def test_properties_carry_the_measured_values(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -15,10 +16,13 @@ from humming_matrix.stats import (
     PairedTable,
     binomial_upper_tail,
     critical_count,
+    improvement_exact,
     improvement_midp,
+    mcnemar_exact,
     mcnemar_midp,
     minimum_detectable_effect,
     paired_difference_interval,
+    regression_exact,
     regression_midp,
     regression_power,
     wilson_interval,
@@ -178,14 +182,15 @@ def test_paired_interval_approaches_the_paired_wald_interval_at_large_n() -> Non
     [(0.80, 0.05, 0.03, 0.12), (0.60, 0.10, 0.10, 0.20), (0.85, 0.02, 0.02, 0.11)],
 )
 def test_paired_interval_coverage_by_simulation(probs: tuple[float, ...]) -> None:
-    """Newcombe's interval should cover the true difference about 95% of the time."""
+    """Newcombe's interval should cover the true difference about 95% of the time; method 10 is
+    conservative when few pairs are discordant (97.7% measured here at 4% discordance)."""
     rng = np.random.default_rng(2026)
     truth = probs[2] - probs[1]
     draws = rng.multinomial(200, probs, size=3000)
     covered = sum(
         truth in paired_difference_interval(PairedTable(*(int(x) for x in row))) for row in draws
     )
-    assert 0.93 <= covered / len(draws) <= 0.975
+    assert 0.93 <= covered / len(draws) <= 0.98
 
 
 def test_interval_membership() -> None:
@@ -255,3 +260,158 @@ def test_mid_p_test_keeps_its_size_under_pure_noise(discordance: float) -> None:
     """With no real drop, the test flags a regression at most alpha of the time (mid-p is not
     guaranteed conservative, so this is checked, exactly, at GSM8K's size)."""
     assert regression_power(1319, discordance, 0.0, 0.05) <= 0.05
+
+
+# --- Newcombe's method 10, against the published worked example and an independent computation --
+
+
+def wilson_by_root_finding(x: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson's limits as the two roots of the score equation (p - pi)^2 = z^2 pi (1 - pi) / n,
+    found by bisection on each side of p (not by the closed form stats.wilson_interval uses)."""
+    p = x / n
+
+    def excess(pi: float) -> float:
+        return (p - pi) ** 2 - z * z * pi * (1.0 - pi) / n
+
+    def root(lo: float, hi: float) -> float:
+        # excess(lo) and excess(hi) have opposite signs (or one is a root at an edge)
+        f_lo = excess(lo)
+        for _ in range(200):
+            mid = (lo + hi) / 2.0
+            f_mid = excess(mid)
+            if (f_mid > 0.0) == (f_lo > 0.0):
+                lo, f_lo = mid, f_mid
+            else:
+                hi = mid
+        return (lo + hi) / 2.0
+
+    low = 0.0 if x == 0 else root(0.0, p)
+    high = 1.0 if x == n else root(1.0, p)
+    return low, high
+
+
+def method10_reference(a: int, b: int, c: int, d: int, confidence: float = 0.95) -> tuple[float,
+                                                                                          float]:
+    """Newcombe (1998) method 10 for the FIRST minus the SECOND proportion of the table
+    [[a, b], [c, d]] (rows: first measurement right/wrong; columns: second), written from the
+    paper's description: Wilson limits by root finding and the correlation in exact fractions."""
+    n = a + b + c + d
+    z = sp.norm.ppf(0.5 + confidence / 2.0)
+    first, second = Fraction(a + b, n), Fraction(a + c, n)
+    l1, u1 = wilson_by_root_finding(a + b, n, z)
+    l2, u2 = wilson_by_root_finding(a + c, n, z)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    ad_bc = Fraction(a * d - b * c)
+    if margins == 0:
+        corr = Fraction(0)
+    elif ad_bc > Fraction(n, 2):
+        corr = ad_bc - Fraction(n, 2)
+    elif ad_bc >= 0:
+        corr = Fraction(0)
+    else:
+        corr = ad_bc
+    psi = float(corr) / math.sqrt(margins) if margins else 0.0
+    p1, p2 = float(first), float(second)
+    lower = (p1 - l1) ** 2 - 2 * psi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2
+    upper = (p2 - l2) ** 2 - 2 * psi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2
+    return p1 - p2 - math.sqrt(lower), p1 - p2 + math.sqrt(upper)
+
+
+def as_candidate_minus_baseline(a: int, b: int, c: int, d: int) -> PairedTable:
+    """[[a, b], [c, d]] with the FIRST measurement as the candidate: the candidate is right and the
+    baseline wrong in b (wrong -> right), the reverse in c (right -> wrong)."""
+    return PairedTable(both_right=a, right_to_wrong=c, wrong_to_right=b, both_wrong=d)
+
+
+def test_method_10_matches_the_published_worked_example() -> None:
+    """Fagerland, Lydersen & Laake, Statistical Analysis of Contingency Tables (2017), ch. 8, the
+    Cavo et al. (2012) table: Newcombe square-and-add -0.0621 (95% CI -0.1186 to -0.0046), as
+    the tests of the R package contingencytables (test-ch8.R) pin it."""
+    table = as_candidate_minus_baseline(59, 6, 16, 80)
+    ci = paired_difference_interval(table)
+    assert round(table.difference, 4) == -0.0621
+    assert (round(ci.low, 4), round(ci.high, 4)) == (-0.1186, -0.0046)
+
+
+def test_method_10_has_width_when_no_pair_is_discordant() -> None:
+    # The plain phi coefficient is 1 here and gave [0, 0]; method 10's n/2 shrinkage does not.
+    ci = paired_difference_interval(PairedTable(27, 0, 0, 27))
+    low, high = method10_reference(27, 0, 0, 27)
+    assert ci.low == pytest.approx(low, abs=1e-9)
+    assert ci.high == pytest.approx(high, abs=1e-9)
+    assert round(ci.low, 4) == -round(ci.high, 4) == -0.0351
+
+
+REFERENCE_TABLES = [
+    (59, 6, 16, 80), (27, 0, 0, 27), (30, 0, 0, 10), (0, 5, 7, 0), (0, 12, 0, 0), (0, 0, 9, 0),
+    (1, 1, 7, 12), (1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 0, 3), (2, 1, 0, 1), (5, 0, 0, 0),
+    (1100, 12, 7, 200), (3, 2, 2, 3), (10, 10, 0, 0), (0, 0, 10, 10), (400, 1, 0, 918),
+]
+
+
+@pytest.mark.parametrize("cells", REFERENCE_TABLES)
+def test_method_10_matches_an_independent_implementation(cells: tuple[int, int, int, int]) -> None:
+    """b = c = 0, all-discordant, one-question and ordinary tables, both orientations."""
+    for a, b, c, d in (cells, (cells[0], cells[2], cells[1], cells[3])):
+        low, high = method10_reference(a, b, c, d)
+        ci = paired_difference_interval(as_candidate_minus_baseline(a, b, c, d))
+        assert ci.low == pytest.approx(max(-1.0, low), abs=1e-9), (a, b, c, d)
+        assert ci.high == pytest.approx(min(1.0, high), abs=1e-9), (a, b, c, d)
+
+
+def test_method_10_matches_an_independent_implementation_on_random_tables() -> None:
+    for t in [*random_tables(200, seed=17), *EDGE_TABLES]:
+        # candidate = first: a = both right, b = candidate right only, c = baseline right only
+        low, high = method10_reference(t.both_right, t.wrong_to_right, t.right_to_wrong,
+                                       t.both_wrong)
+        ci = paired_difference_interval(t)
+        assert ci.low == pytest.approx(max(-1.0, low), abs=1e-9), t
+        assert ci.high == pytest.approx(min(1.0, high), abs=1e-9), t
+
+
+# --- the exact conditional test the gate blocks on ----------------------------------------------
+
+
+def scipy_exact(k: int, m: int) -> float:
+    return 1.0 if m == 0 else float(sp.binomtest(k, m, 0.5, alternative="greater").pvalue)
+
+
+@pytest.mark.parametrize(("k", "m"), [(0, 0), (0, 1), (1, 1), (5, 5), (4, 4), (8, 10), (12, 14),
+                                      (700, 1319), (0, 1319), (1319, 1319), (40, 66)])
+def test_exact_p_matches_scipy(k: int, m: int) -> None:
+    assert mcnemar_exact(k, m) == pytest.approx(scipy_exact(k, m), rel=1e-9, abs=1e-300)
+
+
+def test_exact_p_of_tables() -> None:
+    table = PairedTable(5, 12, 2, 1)
+    assert regression_exact(table) == (91 + 14 + 1) / 2**14
+    assert improvement_exact(table) == pytest.approx(scipy_exact(2, 14), rel=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.0125, 0.01])
+def test_exact_critical_count_matches_scipy_and_keeps_size_at_every_count(alpha: float) -> None:
+    """The gate's test: at every number of discordant questions its size is at most alpha
+    (computed by scipy's binomial tail, independent of stats)."""
+    for m in [*range(60), 250, 1319]:
+        passing = [k for k in range(m + 1) if scipy_exact(k, m) < alpha]
+        expected = min(passing) if passing else None
+        assert critical_count(m, alpha, mid=False) == expected, m
+        if expected is not None:
+            assert sp.binom.sf(expected - 1, m, 0.5) < alpha
+
+
+def test_mid_p_size_exceeds_alpha_at_some_counts() -> None:
+    """Why the gate does not block on mid-p: conditional on the discordant count its size goes
+    above alpha (exactly, by scipy's binomial tail: 7.30% at m = 12 at alpha 0.05)."""
+    sizes = {m: float(sp.binom.sf(critical_count(m, 0.05) - 1, m, 0.5))  # type: ignore[operator]
+             for m in range(5, 200)}
+    assert max(sizes, key=lambda m: sizes[m]) == 12
+    assert round(sizes[12], 4) == 0.0730
+
+
+def test_verdict_power_counts_the_minimum_effect() -> None:
+    """With min_net the verdict needs b - c >= min_net as well as the test: at 1319 questions
+    and no noise a one-point drop (13.19 questions) needs 14 net flips."""
+    assert regression_power(1319, 0.0, 0.01, 0.05, min_net=14, mid=False) < regression_power(
+        1319, 0.0, 0.01, 0.05, min_net=0, mid=False)
+    assert regression_power(1319, 0.02, 0.0, 0.05, min_net=14, mid=False) <= 0.05

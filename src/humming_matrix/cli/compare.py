@@ -9,15 +9,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.compare import Comparison, Settings, compare_locations, record_kinds
-from humming_matrix.compare_lm_eval import (
-    LmEvalComparison,
-    compare_lm_eval_locations,
-    lm_eval_comparison_markdown,
+from humming_matrix.compare import (
+    Comparison,
+    Settings,
+    compare_locations,
+    in_family,
+    record_kinds,
 )
+from humming_matrix.compare_lm_eval import LmEvalComparison, compare_lm_eval_locations
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.report import write_text
-from humming_matrix.report_markdown import comparison_markdown
+from humming_matrix.report_markdown import comparison_markdown, lm_eval_comparison_markdown
 from humming_matrix.report_text import comparison_text, lm_eval_comparison_text
 from humming_matrix.results import RecordKind, record_paths
 
@@ -28,7 +30,7 @@ def register(sub: Any) -> None:
         help="paired comparison of a baseline and a candidate run",
         description="Pair the records of BASELINE and CANDIDATE (record files or result "
         "directories) by config name and judge each pair question by question: accuracies with "
-        "95%% Wilson intervals, the paired difference (Newcombe), b and c, the one-sided exact "
+        "95% Wilson intervals, the paired difference (Newcombe), b and c, the one-sided exact "
         "McNemar mid-p, the verdict, the minimum detectable effect and the flipped questions. "
         "lm-eval records are judged the same way per task and metric, document by document, "
         "with lm-eval's pass rule as the backstop. Kernel records go to the kernel judge. "
@@ -112,6 +114,11 @@ def _accuracy(args: argparse.Namespace, settings: Settings, kinds: set[RecordKin
         raise UsageError("--calibration: the A/A noise floor is measured for GSM8K records only")
     if RecordKind.LM_EVAL in kinds:
         lm_eval = compare_lm_eval_locations(args.baseline, args.candidate, settings)
+    if gsm8k is not None and lm_eval is not None:
+        # One gate, one family: every config and metric this command judges (Holm over all).
+        family = in_family([*gsm8k.tests, *lm_eval.tests])
+        gsm8k = gsm8k.with_tests(family[: len(gsm8k.tests)])
+        lm_eval = lm_eval.with_tests(family[len(gsm8k.tests):])
     texts, markdown = [], []
     # The GSM8K JSON keeps its shape; lm-eval's comes alone, or under "lm_eval" beside it.
     document: dict[str, Any] = {}

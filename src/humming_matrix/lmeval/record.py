@@ -31,7 +31,10 @@ from humming_matrix.results import (
 from humming_matrix.stats import PairedTable
 
 
-class Verdict(str, Enum):
+class CheckState(str, Enum):
+    """The state of one metric against vLLM's pass rule (not a comparison's verdict, which is
+    `compare.Verdict`)."""
+
     PASSED = "passed"
     FAILED = "failed"
     MISSING = "missing"  # lm-eval reported no such metric: the config cannot pass
@@ -75,10 +78,11 @@ class MetricCheck:
         return self.expected * (1 - self.rtol)
 
     @property
-    def verdict(self) -> Verdict:
+    def verdict(self) -> CheckState:
         if self.measured is None:
-            return Verdict.MISSING
-        return Verdict.PASSED if passes(self.measured, self.expected, self.rtol) else Verdict.FAILED
+            return CheckState.MISSING
+        return (CheckState.PASSED if passes(self.measured, self.expected, self.rtol)
+                else CheckState.FAILED)
 
     def line(self) -> str:
         """vLLM's printout, plus the verdict and the threshold it was judged against."""
@@ -105,7 +109,7 @@ class LmEvalRecord:
 
     @property
     def passed(self) -> bool:
-        return self.complete and all(c.verdict is Verdict.PASSED for c in self.checks)
+        return self.complete and all(c.verdict is CheckState.PASSED for c in self.checks)
 
     @property
     def humming_version(self) -> str | None:

@@ -11,7 +11,7 @@ import pytest
 
 from humming_matrix.errors import HummingMatrixError
 from humming_matrix.lmeval.config import LmEvalConfig
-from humming_matrix.lmeval.record import Verdict
+from humming_matrix.lmeval.record import CheckState
 from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
 from humming_matrix.progress import Progress
 from humming_matrix.pytest_plugin import SuiteOptions, failure_message
@@ -30,6 +30,6 @@ def test_lm_eval_correctness_param(lm_eval_config: LmEvalConfig,
         problem = failure_message(exc)
     if problem is not None:  # outside the handler: no chained traceback in the JUnit text
         pytest.fail(problem, pytrace=False)
-    failed = [c for c in record.checks if c.verdict is not Verdict.PASSED]
+    failed = [c for c in record.checks if c.verdict is not CheckState.PASSED]
     assert not failed, f"{lm_eval_config.name} ({path.name}):\n" + "\n".join(
         c.line() for c in failed)
