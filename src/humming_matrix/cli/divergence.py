@@ -98,7 +98,7 @@ def run_main(args: argparse.Namespace) -> int:
         raise UsageError("divergence run needs --config FILE or --config-list FILE")
     if args.limit is not None and args.limit < 1:
         raise UsageError("--limit must be at least 1")
-    if not 1 <= args.top_k:
+    if args.top_k < 1:
         raise UsageError("--top-k must be at least 1")
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")

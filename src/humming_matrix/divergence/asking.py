@@ -40,7 +40,7 @@ def completion_body(text: str, top_k: int) -> dict[str, Any]:
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -56,8 +56,10 @@ def parse_answer(index: int, prefix_ids: Sequence[int], body: Any, top_k: int) -
         ids = [int(i) for i in choice["prompt_token_ids"]]
         steps = choice["prompt_logprobs"]
         if not isinstance(steps, list) or len(steps) != len(ids):
+            size = f" of {len(steps)}" if isinstance(steps, list) else ""
             raise MalformedAnswer(f"{len(ids)} prompt tokens but prompt_logprobs is "
-                                  f"{type(steps).__name__} of {len(steps)}")
+                                  f"{type(steps).__name__}{size}; does this server support "
+                                  "prompt_logprobs?")
         start = max(1, common_prefix(prefix_ids, ids))
         out = AnswerLogprobs(index, None, start)
         for position in range(start, len(ids)):
@@ -89,13 +91,13 @@ class Asked:
 
 class LogprobsClient:
     def __init__(self, base_url: str, top_k: int, *, concurrency: int, timeout: float,
-                 retry: RetryPolicy = RetryPolicy(),
+                 retry: RetryPolicy | None = None,
                  check_server: Callable[[], None] | None = None) -> None:
         self.base = base_url.rstrip("/")
         self.top_k = top_k
         self.concurrency = concurrency
         self.timeout = timeout
-        self.retry = retry
+        self.retry = retry or RetryPolicy()
         self.check_server = check_server or (lambda: None)
 
     async def _post(self, http: aiohttp.ClientSession, path: str, body: dict[str, Any]) -> Any:

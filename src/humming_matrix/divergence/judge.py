@@ -31,6 +31,9 @@ from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.family import holm_adjust
 from humming_matrix.stats import binomial_upper_tail
 
+# The config keys that shape the forced texts.
+PROMPT_KEYS = ("num_fewshot", "gen_prefix")
+
 
 class Verdict(str, Enum):
     SAME = "same"
@@ -166,15 +169,20 @@ def _check(loaded: Loaded) -> None:
 
 def _check_pair(baseline: Loaded, other: Loaded) -> None:
     b, o = baseline.record, other.record
-    if b.config.sha256 != o.config.sha256:
-        raise RecordError(other.path, "config.sha256",
-                          f"config {o.config.name} differs from the baseline's in "
-                          f"{baseline.path}: different configs cannot be paired")
+    # Unlike accuracy, a different config may pair (another model directory, other server
+    # args: a quantized model against its reference); the prompts must be the same, which the
+    # token check below makes sure of, question by question.
+    for key in PROMPT_KEYS:
+        if b.config.fields.get(key) != o.config.fields.get(key):
+            raise RecordError(other.path, f"config.fields.{key}",
+                              f"{o.config.fields.get(key)!r} differs from the baseline's "
+                              f"{b.config.fields.get(key)!r} in {baseline.path}: the prompts "
+                              "differ")
     if [q.index for q in b.questions] != [q.index for q in o.questions]:
         raise RecordError(other.path, "questions",
                           f"question set differs from the baseline's in {baseline.path}: "
                           "run both with the same --limit")
-    for i, (qb, qo) in enumerate(zip(b.questions, o.questions)):
+    for i, (qb, qo) in enumerate(zip(b.questions, o.questions, strict=True)):
         if qb.answered and qo.answered and not same_tokens(qb, qo):
             raise RecordError(other.path, f"questions[{i}].tokens",
                               f"question {qb.index} was tokenized differently from the "
@@ -187,7 +195,7 @@ def divergences(baseline: Loaded, other: Loaded) -> dict[int, QuestionDivergence
     _check_pair(baseline, other)
     kb, ko = baseline.record.top_k, other.record.top_k
     return {qb.index: question_divergence(qb, qo, kb, ko)
-            for qb, qo in zip(baseline.record.questions, other.record.questions)
+            for qb, qo in zip(baseline.record.questions, other.record.questions, strict=True)
             if qb.answered and qo.answered}
 
 
@@ -241,7 +249,7 @@ def compare_config(baseline: Loaded, replicate: Loaded, candidate: Loaded,
     for metric in Metric:
         cand = [metric.of(d[i]) for i in common]
         floor = [metric.of(f[i]) for i in common]
-        above, below, ties, p = sign_test([c - fl for c, fl in zip(cand, floor)])
+        above, below, ties, p = sign_test([c - fl for c, fl in zip(cand, floor, strict=True)])
         tests.append(MetricTest(metric, statistics.fmean(cand), statistics.fmean(floor), above,
                                 below, ties, p, p))
     return ConfigDivergence(baseline.record.config.name, baseline, replicate, candidate,

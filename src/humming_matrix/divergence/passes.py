@@ -23,6 +23,7 @@ from humming_matrix.divergence.asking import Asked, LogprobsClient, ask_all, emp
 from humming_matrix.divergence.record import (
     AnswerLogprobs,
     DivergenceRecord,
+    load_divergence_record,
     write_divergence_record,
 )
 from humming_matrix.divergence.teacher import ForcedText, forced_texts
@@ -70,6 +71,11 @@ class _Pass:
         self.startup: dict[str, Any] | None = None
         self.startup_seconds: float | None = None
         self.unasked = NOT_ASKED
+        self.saved: Path | None = None  # where its record went, once written
+
+    def save(self, store: Path, complete: bool) -> Path:
+        self.saved = write_divergence_record(store, self.record(complete))
+        return self.saved
 
     def ask(self, client: LogprobsClient, progress: Progress) -> None:
         progress.start(self.config.name, len(self.items))
@@ -101,8 +107,9 @@ class _Pass:
                               dict(self.config.fields)),
             environment=self.env,
             top_k=self.top_k,
-            questions=tuple(self.answers.get(i.index) or empty_answer(i.index, self.unasked)
-                            for i in self.items),
+            # Not `get() or`: an answer with no tokens (an error) is falsy.
+            questions=tuple(self.answers[i.index] if i.index in self.answers
+                            else empty_answer(i.index, self.unasked) for i in self.items),
             server=dict(self.server_info),
             timings=Timings(float(seconds) if isinstance(seconds, (int, float)) else None,
                             self.startup_seconds, asking),
@@ -119,13 +126,13 @@ def _client(config: EvalConfig, url: str, options: PassOptions,
 
 def _finish(one: _Pass, options: PassOptions, progress: Progress) -> DivergenceRecord:
     if one.error_count > options.max_errors:
-        path = write_divergence_record(options.results, one.record(complete=False))
+        path = one.save(options.results, complete=False)
         raise RequestError(
             f"{one.config.name}: {one.error_count} divergence requests failed after "
             f"{options.retries} retries (allowed {options.max_errors}); partial record saved: "
             f"{path}")
-    record = one.record(complete=True)
-    path = write_divergence_record(options.results, record)
+    path = one.save(options.results, complete=True)
+    record = load_divergence_record(path)
     print(summary_line(record, path), flush=True)
     return record
 
@@ -180,13 +187,13 @@ def run_passes(config: EvalConfig, options: PassOptions,
     except ServerStartError as exc:
         one.startup, one.startup_seconds = exc.report.to_json(), exc.report.seconds
         one.unasked = NOT_STARTED
-        path = write_divergence_record(options.results, one.record(complete=False))
+        path = one.save(options.results, complete=False)
         progress.stage(f"{config.name}: the server never became ready "
                        f"({exc.report.phase.label}); record saved: {path}")
         raise
     except (InfrastructureError, KeyboardInterrupt):
-        if one.answers and one.run_id not in {r.run_id for r in records}:
-            path = write_divergence_record(options.results, one.record(complete=False))
+        if one.answers and one.saved is None:
+            path = one.save(options.results, complete=False)
             progress.stage(f"{config.name}: partial record saved: {path}")
         raise
     return records

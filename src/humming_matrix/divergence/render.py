@@ -7,7 +7,6 @@ from __future__ import annotations
 import html
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
 
 from humming_matrix.divergence.judge import ConfigDivergence, DivergenceComparison, MetricTest
 
