@@ -96,6 +96,18 @@ def test_a_repeat_is_same_and_a_shifted_model_diverged(tmp_path: Path) -> None:
     assert 'failures="1"' in (out / "d.xml").read_text()
     assert "<polyline" in (out / "d.html").read_text()
 
+    # `compare --tier divergence` is the same judgement; --floor names the A/A pair's records
+    # when the baseline is a single record file.
+    [newest, older] = sorted(records, key=lambda r: r[1].run_id, reverse=True)
+    tier = cli("compare", "--tier", "divergence", newest[0], tmp_path / "shifted",
+               "--floor", older[0])
+    assert tier.returncode == 1, tier.stdout + tier.stderr
+    assert tier.stdout == diverged.stdout
+    no_floor = cli("compare", "--tier", "divergence", newest[0], tmp_path / "shifted")
+    assert no_floor.returncode == 2
+    assert no_floor.stderr.startswith(
+        f"humming-matrix: error: config toy: no A/A floor for baseline {newest[0]}: ")
+
 
 def test_a_server_that_keeps_failing_leaves_a_partial_record_and_exits_3(tmp_path: Path) -> None:
     done = cli("divergence", "run", "--config",
