@@ -17,6 +17,8 @@ from humming_matrix.divergence.record import (
     DivergenceRecord,
     write_divergence_record,
 )
+from humming_matrix.divergence.render import comparison_junit
+from humming_matrix.divergence.store_report import build_divergence_report
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.results import ConfigInfo
 
@@ -186,3 +188,24 @@ def _empty(tmp_path: Path) -> Path:
     empty = tmp_path / "empty"
     empty.mkdir()
     return empty
+
+
+def test_the_store_report_judges_every_environment_against_the_oldest(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    store = tmp_path / "store"
+    write(store, make_record("a1", "0.1.6", rng, jitter=1e-3, created="2026-12-03T10:00:00+00:00"))
+    write(store, make_record("a2", "0.1.6", rng, jitter=1e-3, created="2026-12-03T10:01:00+00:00"))
+    write(store, make_record("b", "0.1.10", rng, jitter=1e-3, shift=5e-3))
+    write(store, make_record("c", "0.1.8", rng, jitter=1e-3))
+    report = build_divergence_report(store)
+    assert [(c.candidate.record.run_id, c.baseline.record.run_id, c.replicate.record.run_id,
+             c.verdict) for c in report.configs] == [
+        ("c", "a2", "a1", Verdict.SAME), ("b", "a2", "a1", Verdict.DIVERGED)]
+    junit = comparison_junit(report)
+    assert 'tests="2" failures="1"' in junit
+    assert junit.count("<failure") == 1
+    with pytest.raises(UsageError, match=r"--baseline 0\.1\.9: no divergence records of that "):
+        build_divergence_report(store, baseline_version="0.1.9")
+    with pytest.raises(UsageError, match=r"config toy: the baseline environment \(humming-kernels "
+                                         r"0\.1\.8, vllm 0\.32\.0\) has one divergence record"):
+        build_divergence_report(store, baseline_version="0.1.8")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from humming_matrix.cli import report_fault
 from humming_matrix.cli.run import add_suite_arguments
 from humming_matrix.config import load_configs
-from humming_matrix.divergence.judge import compare_divergence
+from humming_matrix.divergence.judge import DivergenceComparison, compare_divergence
 from humming_matrix.divergence.passes import DEFAULT_TOP_K, PassOptions, run_passes
 from humming_matrix.divergence.render import (
     comparison_html,
@@ -23,6 +24,7 @@ from humming_matrix.divergence.render import (
     comparison_markdown,
     comparison_text,
 )
+from humming_matrix.divergence.store_report import build_divergence_report
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
 from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.progress import Progress
@@ -123,12 +125,25 @@ def run_main(args: argparse.Namespace) -> int:
 def compare_main(args: argparse.Namespace) -> int:
     comparison = compare_divergence(args.baseline, args.candidate, args.alpha, args.floor)
     print(comparison_text(comparison), end="", flush=True)
+    _write(args, comparison)
+    return int(ExitCode.FAILED if comparison.diverged else ExitCode.OK)
+
+
+def report_main(args: argparse.Namespace) -> int:
+    """`report --tier divergence STORE`: exit 0 (the report informs; `compare` gates)."""
+    comparison = build_divergence_report(args.store, args.alpha, args.baseline)
+    if not (args.markdown or args.junit or args.html):
+        sys.stdout.write(comparison_markdown(comparison))
+    _write(args, comparison)
+    return int(ExitCode.OK)
+
+
+def _write(args: argparse.Namespace, comparison: DivergenceComparison) -> None:
     if args.markdown:
         write_text(args.markdown, comparison_markdown(comparison))
-    if args.json:
+    if getattr(args, "json", None):
         write_text(args.json, json.dumps(comparison.to_json(), indent=1) + "\n")
     if getattr(args, "junit", None):
         write_text(args.junit, comparison_junit(comparison))
     if getattr(args, "html", None):
         write_text(args.html, comparison_html(comparison))
-    return int(ExitCode.FAILED if comparison.diverged else ExitCode.OK)
