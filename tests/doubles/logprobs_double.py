@@ -12,6 +12,7 @@ variable LOGPROBS_DOUBLE_POLICY:
   shift: s           a fixed perturbation of sd s on every logit, the same in every request (a
                      changed kernel); seeded by `shift_seed` (default 1)
   fail_first: n      the first n completion requests get HTTP 500
+  exit_at_start: code  print a fatal line and exit with that code before listening
   tokenizer_offset: n  /tokenize and prompt_token_ids add n to every token id (another
                      tokenizer)
 Run as `vllm serve MODEL ... --port P` (the launcher's command line) or `python this --port P`.
@@ -116,6 +117,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str]) -> None:
+    if "exit_at_start" in POLICY:
+        print("RuntimeError: double: dying at start as told", flush=True)
+        sys.exit(int(POLICY["exit_at_start"]))
     port = int(argv[argv.index("--port") + 1])
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     print(f"logprobs double listening on {port}", flush=True)

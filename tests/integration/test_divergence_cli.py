@@ -133,3 +133,15 @@ def test_bad_input_is_one_line_naming_the_file_and_exit_2(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "none.yaml" in done.stderr
+
+
+def test_a_server_that_dies_at_start_leaves_a_record_saying_so(tmp_path: Path) -> None:
+    done = cli("divergence", "run", "--config", config(tmp_path, "toy", {"exit_at_start": 1}),
+               "--results", tmp_path / "s", "--limit", "2")
+    assert done.returncode == 3, done.stderr
+    [(_, record)] = load_divergence_records(tmp_path / "s")
+    assert (record.complete, record.startup is not None) == (False, True)
+    assert record.startup is not None
+    assert record.startup["status"] == "failed"
+    assert record.startup["reason"] == "vllm serve exited with code 1 before becoming ready"
+    assert [q.error for q in record.questions] == ["not asked: the server never became ready"] * 2

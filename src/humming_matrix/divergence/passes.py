@@ -23,7 +23,6 @@ from humming_matrix.divergence.asking import Asked, LogprobsClient, ask_all, emp
 from humming_matrix.divergence.record import (
     AnswerLogprobs,
     DivergenceRecord,
-    load_divergence_record,
     write_divergence_record,
 )
 from humming_matrix.divergence.teacher import ForcedText, forced_texts
@@ -73,8 +72,8 @@ class _Pass:
         self.unasked = NOT_ASKED
         self.saved: Path | None = None  # where its record went, once written
 
-    def save(self, store: Path, complete: bool) -> Path:
-        self.saved = write_divergence_record(store, self.record(complete))
+    def save(self, store: Path, record: DivergenceRecord) -> Path:
+        self.saved = write_divergence_record(store, record)
         return self.saved
 
     def ask(self, client: LogprobsClient, progress: Progress) -> None:
@@ -126,13 +125,13 @@ def _client(config: EvalConfig, url: str, options: PassOptions,
 
 def _finish(one: _Pass, options: PassOptions, progress: Progress) -> DivergenceRecord:
     if one.error_count > options.max_errors:
-        path = one.save(options.results, complete=False)
+        path = one.save(options.results, one.record(complete=False))
         raise RequestError(
             f"{one.config.name}: {one.error_count} divergence requests failed after "
             f"{options.retries} retries (allowed {options.max_errors}); partial record saved: "
             f"{path}")
-    path = one.save(options.results, complete=True)
-    record = load_divergence_record(path)
+    record = one.record(complete=True)
+    path = one.save(options.results, record)
     print(summary_line(record, path), flush=True)
     return record
 
@@ -187,13 +186,13 @@ def run_passes(config: EvalConfig, options: PassOptions,
     except ServerStartError as exc:
         one.startup, one.startup_seconds = exc.report.to_json(), exc.report.seconds
         one.unasked = NOT_STARTED
-        path = one.save(options.results, complete=False)
+        path = one.save(options.results, one.record(complete=False))
         progress.stage(f"{config.name}: the server never became ready "
                        f"({exc.report.phase.label}); record saved: {path}")
         raise
     except (InfrastructureError, KeyboardInterrupt):
         if one.answers and one.saved is None:
-            path = one.save(options.results, complete=False)
+            path = one.save(options.results, one.record(complete=False))
             progress.stage(f"{config.name}: partial record saved: {path}")
         raise
     return records
