@@ -67,7 +67,8 @@ def main() -> None:
     serve_and_ask(args.model, "original", args.work, args.questions, passes=2)
     for scale in args.scales:
         copy = args.work / "models" / f"noise-{scale}"
-        subprocess.run([sys.executable, str(REPO / "smoke" / "perturb_weights.py"), "--model",
+        # The serving environment's python (first on PATH): it has torch and safetensors.
+        subprocess.run(["python", str(REPO / "smoke" / "perturb_weights.py"), "--model",
                         str(args.model), "--out", str(copy), "--scale", scale], check=True,
                        env=os.environ)
         serve_and_ask(copy, f"noise-{scale}", args.work, args.questions, passes=1)
