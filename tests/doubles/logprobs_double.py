@@ -7,8 +7,10 @@ It is not vLLM. Its "model" is a byte-level toy: the text's UTF-8 bytes are the 
 256), and the logits at each position are drawn from a generator seeded by the two tokens
 before it, so the same text always gets the same distributions. Knobs, as JSON in the environment
 variable LOGPROBS_DOUBLE_POLICY:
-  jitter: s          Gaussian noise of sd s on every logit, fresh per request (what batch shapes
-                     do to a real server: the A/A floor)
+  jitter: s          Gaussian noise of sd s on every logit, different in every request (what
+                     batch shapes do to a real server: the A/A floor); drawn from a generator
+                     seeded by `jitter_seed` (default 0), the text, and how many times this
+                     server was asked that text, so a test's outcome is the same on every run
   shift: s           a fixed perturbation of sd s on every logit, the same in every request (a
                      changed kernel); seeded by `shift_seed` (default 1)
   fail_first: n      the first n completion requests get HTTP 500
@@ -20,6 +22,7 @@ Run as `vllm serve MODEL ... --port P` (the launcher's command line) or `python 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -33,15 +36,23 @@ VOCAB = 256
 POLICY: dict[str, Any] = json.loads(os.environ.get("LOGPROBS_DOUBLE_POLICY") or "{}")
 _lock = threading.Lock()
 _completions = 0
+_asked: dict[str, int] = {}
 
 
-def _logprobs(context: tuple[int, int], noise: random.Random | None) -> list[float]:
+@functools.lru_cache(maxsize=None)
+def _fixed_logits(context: tuple[int, int]) -> tuple[float, ...]:
+    """The model's logits after `context`, with the policy's fixed shift: the same every time."""
     rng = random.Random(context[0] * 1000003 + context[1])
     logits = [rng.gauss(0.0, 2.0) for _ in range(VOCAB)]
     if POLICY.get("shift"):
         fixed = random.Random(int(POLICY.get("shift_seed", 1)) * 7919 + context[0] * 257
                               + context[1])
         logits = [x + fixed.gauss(0.0, float(POLICY["shift"])) for x in logits]
+    return tuple(logits)
+
+
+def _logprobs(context: tuple[int, int], noise: random.Random | None) -> list[float]:
+    logits = list(_fixed_logits(context))
     if noise is not None and POLICY.get("jitter"):
         logits = [x + noise.gauss(0.0, float(POLICY["jitter"])) for x in logits]
     top = max(logits)
@@ -107,8 +118,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": f"Requested prompt logprobs of {k}, which is "
                                                   "greater than max allowed: 20"}})
             return
-        noise = random.Random()
         text = body["prompt"]
+        with _lock:
+            _asked[text] = _asked.get(text, 0) + 1
+            seed = f"{POLICY.get('jitter_seed', 0)}|{_asked[text]}|{text}"
+        noise = random.Random(seed)
         self._send(200, {"choices": [{
             "index": 0, "text": "x", "finish_reason": "length",
             "prompt_logprobs": prompt_logprobs(text, k, noise) if k else None,
