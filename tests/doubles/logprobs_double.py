@@ -39,7 +39,7 @@ _completions = 0
 _asked: dict[str, int] = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fixed_logits(context: tuple[int, int]) -> tuple[float, ...]:
     """The model's logits after `context`, with the policy's fixed shift: the same every time."""
     rng = random.Random(context[0] * 1000003 + context[1])
