@@ -40,11 +40,13 @@ def hm(*args: object) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, check=False)
 
 
-def serve_and_ask(model: Path, label: str, work: Path, questions: int, passes: int) -> None:
+def serve_and_ask(model: Path, label: str, work: Path, config: Path, passes: int) -> None:
+    """Serve `model` and ask both passes with `config` (the original model's: the client sends
+    no model name, and accuracy `compare` pairs only runs of one config file)."""
     directory = work / label
+    if (directory / "divergence").is_dir():
+        return  # done by an earlier invocation with the same --work
     directory.mkdir(parents=True, exist_ok=True)
-    config = directory / "tiny.yaml"  # one name for every model: compare pairs by config name
-    config.write_text(CONFIG.format(model=model.resolve(), questions=questions), encoding="utf-8")
     spec = server.ServerSpec(str(model.resolve()), ("--dtype", "float32", "--max-model-len",
                              "2048", "--enforce-eager", "--max-num-seqs", "32"),
                              {"VLLM_CPU_KVCACHE_SPACE": "1"}, 900)
@@ -64,14 +66,19 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--scales", nargs="+", required=True)
     args = parser.parse_args()
-    serve_and_ask(args.model, "original", args.work, args.questions, passes=2)
+    config = args.work / "tiny.yaml"
+    if not config.exists():
+        args.work.mkdir(parents=True, exist_ok=True)
+        config.write_text(CONFIG.format(model=args.model.resolve(), questions=args.questions),
+                          encoding="utf-8")
+    serve_and_ask(args.model, "original", args.work, config, passes=2)
     for scale in args.scales:
         copy = args.work / "models" / f"noise-{scale}"
         # The serving environment's python (first on PATH): it has torch and safetensors.
         subprocess.run(["python", str(REPO / "smoke" / "perturb_weights.py"), "--model",
                         str(args.model), "--out", str(copy), "--scale", scale], check=True,
                        env=os.environ)
-        serve_and_ask(copy, f"noise-{scale}", args.work, args.questions, passes=1)
+        serve_and_ask(copy, f"noise-{scale}", args.work, config, passes=1)
         original, perturbed = args.work / "original", args.work / f"noise-{scale}"
         div = hm("divergence", "compare", original / "divergence", perturbed / "divergence",
                  "--json", perturbed / "divergence.json")
@@ -81,7 +88,8 @@ def main() -> None:
         print(f"scale {scale}: divergence {report['verdict']} (exit {div.returncode}; mean KL "
               f"{kl['candidate_mean']:.3g} vs floor {kl['floor_mean']:.3g}, above floor "
               f"{kl['above']}/{report['questions']}, Holm p {kl['adjusted_p']:.3g}); accuracy "
-              f"compare exit {acc.returncode}: {acc.stdout.splitlines()[0]}", flush=True)
+              f"compare exit {acc.returncode}: {(acc.stdout or acc.stderr).splitlines()[0]}",
+              flush=True)
 
 
 if __name__ == "__main__":
