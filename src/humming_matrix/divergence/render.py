@@ -50,6 +50,9 @@ def comparison_markdown(comparison: DivergenceComparison) -> str:
         mark = "❌" if c.verdict.value == "diverged" else "✅"
         out.append(f"| {mark} {c.verdict.value} | {c.config} | {c.questions} | "
                    f"{' | '.join(cells)} | {ps} |")
+    if not comparison.configs:
+        out.append("| | no environment besides the baseline's holds a divergence record | "
+                   "| | | | |")
     out.append("")
     return "\n".join(out) + "\n"
 
