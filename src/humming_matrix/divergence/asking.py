@@ -4,8 +4,9 @@ Per question, two requests: `POST /tokenize` of the prompt alone (where the answ
 `POST /v1/completions` of the whole forced text with `prompt_logprobs: k`, `max_tokens: 1`,
 `temperature: 0` and `return_token_ids: true`. vLLM then returns `prompt_token_ids` and, per prompt
 position after the first, a map from token id to `{logprob, rank, decoded_token}` holding the top
-k and the prompt's own token wherever it ranks (vLLM 0.24 and 0.32, `completion/protocol.py`;
-`--max-logprobs`, default 20, bounds k). Prefill only: the one generated token is the only decode
+k and the prompt's own token wherever it ranks (vLLM 0.32's `completion/protocol.py` and
+`serving.py`, and its real answers; `return_token_ids` exists since vLLM 0.10.2; `--max-logprobs`,
+default 20, bounds k). Prefill only: the one generated token is the only decode
 step. Retries, the concurrency bound and the dead-server check are those of the GSM8K client.
 """
 
