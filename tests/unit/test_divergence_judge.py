@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import binomtest
 
+from humming_matrix.cli import main
 from humming_matrix.divergence.judge import Metric, Verdict, compare_divergence, sign_test
 from humming_matrix.divergence.record import (
     AnswerLogprobs,
@@ -209,3 +210,18 @@ def test_the_store_report_judges_every_environment_against_the_oldest(tmp_path: 
     with pytest.raises(UsageError, match=r"config toy: the baseline environment \(humming-kernels "
                                          r"0\.1\.8, vllm 0\.32\.0\) has one divergence record"):
         build_divergence_report(store, baseline_version="0.1.8")
+
+
+def test_report_tier_divergence_writes_the_store_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = random.Random(12)
+    store = tmp_path / "store"
+    write(store, make_record("a1", "0.1.6", rng, jitter=1e-3, created="2026-12-03T10:00:00+00:00"))
+    write(store, make_record("a2", "0.1.6", rng, jitter=1e-3, created="2026-12-03T10:01:00+00:00"))
+    write(store, make_record("b", "0.1.10", rng, jitter=1e-3, shift=5e-3))
+    junit = tmp_path / "r.xml"
+    assert main(["report", "--tier", "divergence", str(store), "--junit", str(junit)]) == 0
+    assert capsys.readouterr().out == ""
+    assert 'tests="1" failures="1"' in junit.read_text(encoding="utf-8")
+    assert main(["report", "--tier", "divergence", str(store)]) == 0
+    assert "| ❌ diverged | toy | 30 |" in capsys.readouterr().out
