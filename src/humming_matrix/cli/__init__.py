@@ -16,7 +16,7 @@ from humming_matrix.errors import ExitCode, HummingMatrixError, ServerError
 
 # One entry per subcommand module in this package, in the order `--help` lists them.
 COMMANDS: tuple[str, ...] = ("run", "slots", "kernels", "compare", "report", "bisect", "premerge",
-                              "pipeline", "lm_eval", "session", "preflight")
+                              "pipeline", "lm_eval", "session", "preflight", "divergence")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -62,6 +62,17 @@ def register(sub: Any) -> None:
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write Markdown here")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write everything as JSON here")
     p.add_argument(
+        "--tier",
+        choices=["accuracy", "divergence"],
+        default="accuracy",
+        help="divergence: judge divergence records instead (as `humming-matrix divergence "
+        "compare`; docs/divergence.md)",
+    )
+    # Imported here: the divergence tier's own options (--floor, --junit, --html).
+    importlib.import_module("humming_matrix.cli.divergence").add_compare_arguments(
+        p, positional=False
+    )
+    p.add_argument(
         "--fail-on-slowdown",
         action="store_true",
         help="kernel records only: a significant slowdown fails too",
@@ -70,6 +81,8 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.tier == "divergence":
+        return int(importlib.import_module("humming_matrix.cli.divergence").compare_main(args))
     settings = Settings(alpha=args.alpha, min_effect=args.min_effect)
     base_kinds, cand_kinds = record_kinds(args.baseline), record_kinds(args.candidate)
     shared = base_kinds & cand_kinds

@@ -4,6 +4,7 @@ in its own section), as Markdown, JUnit XML and HTML."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,20 @@ def register(sub: Any) -> None:
         metavar="FRACTION",
         help="as for compare (default 0.01)",
     )
+    p.add_argument(
+        "--tier",
+        choices=["accuracy", "divergence"],
+        default="accuracy",
+        help="divergence: render the store's divergence records instead, every environment "
+        "against the baseline's and its A/A floor (docs/divergence.md)",
+    )
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.tier == "divergence":
+        # Imported here: the divergence tier renders its own sections.
+        return int(importlib.import_module("humming_matrix.cli.divergence").report_main(args))
     settings = Settings(alpha=args.alpha, min_effect=args.min_effect)
     report = build_report(args.store, settings, args.baseline)
     if args.markdown:
