@@ -49,6 +49,14 @@ def evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
                 + (", ".join(worse) or "no case worse")
             )
             continue
+        if e.get("kind") == "divergence":
+            tests = ", ".join(
+                f"{t['metric']} {t['candidate_mean']:.3g} (floor {t['floor_mean']:.3g}, above "
+                f"{t['above']} below {t['below']}, Holm p {t['adjusted_p']:.3g})"
+                for t in e["tests"]
+            )
+            lines.append(f"{name}: {e['verdict']} on {e['questions']} questions: {tests}")
+            continue
         low, high = e["difference_interval"]
         flips = [f["index"] for f in e["flips"] if f["direction"] == "right->wrong"]
         more = f" (+{len(flips) - FLIPS_SHOWN} more)" if len(flips) > FLIPS_SHOWN else ""

@@ -22,11 +22,20 @@ from humming_matrix.compare import (
     compare_records,
     points,
 )
+from humming_matrix.divergence.judge import (
+    ConfigDivergence,
+    Loaded,
+    Metric,
+    adjust_family,
+    compare_config,
+    divergences,
+)
+from humming_matrix.divergence.record import load_divergence_record
 from humming_matrix.errors import RecordError
 from humming_matrix.kernels.judge import CaseState, CaseVerdict, compare_kernel_records
 from humming_matrix.kernels.record import load_kernel_record, overall_state
 from humming_matrix.matrix import Cell
-from humming_matrix.probe import KERNELS_RECORD, ProbeResult
+from humming_matrix.probe import DIVERGENCE_REPEAT_SUFFIX, KERNELS_RECORD, ProbeResult
 from humming_matrix.results import load_gsm8k_record
 from humming_matrix.server_log import StartupPhase
 
@@ -186,3 +195,67 @@ class KernelJudge:
         if state in (CaseState.OK, CaseState.UNSUPPORTED):
             return Judgement(Verdict.GOOD, f"baseline kernels: worst case state {state.value}")
         return Judgement(Verdict.BAD, f"baseline kernels: worst case state {state.value}")
+
+
+def _divergence_evidence(c: ConfigDivergence) -> dict[str, Any]:
+    """What the log keeps of a config's divergence: the tests and the records, not the
+    per-question values (the records hold those)."""
+    data = c.to_json()
+    del data["candidate_kl"], data["floor_kl"]
+    return {"kind": "divergence", **data}
+
+
+def divergence_line(c: ConfigDivergence) -> str:
+    kl, top1 = c.test(Metric.KL), c.test(Metric.TOP1)
+    worst = min(t.adjusted_p for t in c.tests)
+    return (f"{c.config}: {c.verdict.value}, mean token KL {kl.candidate_mean:.3g} (floor "
+            f"{kl.floor_mean:.3g}) nats, top-1 disagreement {top1.candidate_mean:.3g} (floor "
+            f"{top1.floor_mean:.3g}), above the floor on {kl.above} of {kl.above + kl.below} "
+            f"untied questions, Holm p {worst:.3g}")
+
+
+@dataclass(frozen=True)
+class DivergenceJudge:
+    """The divergence tier (docs/divergence.md): each config's candidate record against the
+    good version's, with the good version's A/A repeat as the floor; one Holm family over every
+    config and metric. Diverged is bad, same is good."""
+
+    alpha: float = 0.05
+
+    @staticmethod
+    def _loaded(records: Mapping[str, Path], key: str) -> Loaded:
+        return Loaded(records[key], load_divergence_record(records[key]))
+
+    def __call__(
+        self, baseline: Mapping[str, Path], candidate: Mapping[str, Path]
+    ) -> Judgement:
+        configs = sorted(k for k in baseline if not k.endswith(DIVERGENCE_REPEAT_SUFFIX))
+        results = []
+        for name in configs:
+            if name not in candidate:
+                raise RecordError(next(iter(candidate.values()), Path("?")), f"config {name}",
+                                  "the candidate has no divergence record of this config")
+            results.append(compare_config(
+                self._loaded(baseline, name),
+                self._loaded(baseline, name + DIVERGENCE_REPEAT_SUFFIX),
+                self._loaded(candidate, name), self.alpha))
+        compared = adjust_family(results)
+        diverged = [c for c in compared if c.verdict.value == "diverged"]
+        return Judgement(
+            Verdict.BAD if diverged else Verdict.GOOD,
+            "; ".join(divergence_line(c) for c in (diverged or compared)),
+            {c.config: _divergence_evidence(c) for c in compared},
+        )
+
+    def alone(self, records: Mapping[str, Path]) -> Judgement:
+        """The good version is the baseline: its A/A pair must be comparable (same prompts and
+        tokens, complete); the summary gives its floor."""
+        parts = []
+        for name in sorted(k for k in records if not k.endswith(DIVERGENCE_REPEAT_SUFFIX)):
+            floor = divergences(self._loaded(records, name),
+                                self._loaded(records, name + DIVERGENCE_REPEAT_SUFFIX))
+            kl = [q.kl for q in floor.values()]
+            mean = sum(kl) / len(kl) if kl else 0.0
+            parts.append(f"{name}: A/A floor mean token KL {mean:.3g} nats on {len(kl)} "
+                         "questions")
+        return Judgement(Verdict.GOOD, f"baseline, {', '.join(parts)}")

@@ -33,6 +33,9 @@ from typing import IO, Protocol
 
 from humming_matrix import environment
 from humming_matrix.config import EvalConfig
+from humming_matrix.divergence.passes import DIVERGENCE_ONLY_ENV
+from humming_matrix.divergence.record import load_divergence_record
+from humming_matrix.divergence.record import record_filename as divergence_record_filename
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.kernels.record import RECORD_NAME as KERNEL_RECORD_NAME
 from humming_matrix.kernels.record import load_kernel_record
@@ -63,9 +66,15 @@ class ProbeStatus(str, Enum):
 class Tier(str, Enum):
     GSM8K = "gsm8k"  # `humming-<version>` sessions: the GSM8K config suite through vllm serve
     KERNELS = "kernels"  # `kernels-<version>` sessions: the GEMM numerics probe, no vLLM
+    # `humming-<version>` sessions with only their divergence stage: an A/A pair of divergence
+    # records per config (docs/divergence.md)
+    DIVERGENCE = "divergence"
 
 
 KERNELS_RECORD = "kernels"  # the name a kernel record goes by in a probe's records
+# A divergence probe's records: config name -> its newest record, and config name + this suffix
+# -> the other pass of the same session (the A/A repeat the good version's floor comes from).
+DIVERGENCE_REPEAT_SUFFIX = " (repeat)"
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,8 @@ class Prober:
             return None
         if self.suite.tier is Tier.KERNELS:
             return self._stored_kernels(cell)
+        if self.suite.tier is Tier.DIVERGENCE:
+            return self._stored_divergence(cell)
         best: dict[str, tuple[str, Path]] = {}
         for config in self.suite.configs:
             # Record file names carry kind, config and version (results.record_filename): read
@@ -265,7 +276,7 @@ class Prober:
         return {name: path for name, (_, path) in best.items()}
 
     def _record_paths(self, cell: Cell) -> list[Path]:
-        if self.suite.tier is Tier.KERNELS or not self.suite.store.is_dir():
+        if self.suite.tier is not Tier.GSM8K or not self.suite.store.is_dir():
             return []
         return [
             path
@@ -311,6 +322,36 @@ class Prober:
                 newest = (str(data["run_id"]), path)
         return None if newest is None else {KERNELS_RECORD: newest[1]}
 
+    def _stored_divergence(self, cell: Cell) -> dict[str, Path] | None:
+        """The two newest complete divergence records of each config from this cell (a
+        divergence session runs an A/A pair of passes: `session.DIVERGENCE_STAGE_REPEAT`)."""
+        out: dict[str, Path] = {}
+        for config in self.suite.configs:
+            found: list[tuple[str, Path]] = []
+            pattern = divergence_record_filename(config.name, str(cell.humming), "*")
+            for path in sorted(self.suite.store.rglob(pattern)):
+                if path.name.startswith(".tmp-"):
+                    continue
+                try:
+                    record = load_divergence_record(path)
+                except RecordError:
+                    continue
+                env = record.environment
+                if (record.complete
+                        and record.config.name == config.name
+                        and record.humming_version == str(cell.humming)
+                        and env.get("session") == cell.session
+                        and record.config.sha256 == config.sha256
+                        and len(record.questions) == self.suite.question_count(config)
+                        and env.get("gpu") == self.hardware):
+                    found.append((record.run_id, path))
+            if len(found) < 2:
+                return None
+            (_, newest), (_, repeat) = sorted(found, reverse=True)[:2]
+            out[config.name] = newest
+            out[config.name + DIVERGENCE_REPEAT_SUFFIX] = repeat
+        return out
+
     def _reusable(self, record: Gsm8kRecord, config: EvalConfig, cell: Cell) -> bool:
         env = record.environment
         return (
@@ -349,8 +390,10 @@ class Prober:
         listed = [v for v in env.get(EXTRA_VERSIONS_ENV, "").split(",") if v]
         env[EXTRA_VERSIONS_ENV] = ",".join(dict.fromkeys([*listed, version]))
         posargs = [*self.suite.run_args, "--results", str(self.suite.store.resolve())]
-        if self.suite.limit and self.suite.tier is Tier.GSM8K:
+        if self.suite.limit and self.suite.tier is not Tier.KERNELS:
             posargs += ["--limit", str(self.suite.limit)]
+        if self.suite.tier is Tier.DIVERGENCE:
+            env[DIVERGENCE_ONLY_ENV] = "1"
         with self._lock:
             self.sessions_run.append(session)
         before = set(self._record_paths(cell))
@@ -371,9 +414,10 @@ class Prober:
                 version, session, ProbeStatus.START_FAILED, failed, reason, log, duration
             )
         if found is None:
-            what = "a complete kernel record" if self.suite.tier is Tier.KERNELS else (
-                "a complete record of every config"
-            )
+            what = {
+                Tier.KERNELS: "a complete kernel record",
+                Tier.DIVERGENCE: "two complete divergence records of every config",
+            }.get(self.suite.tier, "a complete record of every config")
             reason = (
                 f"nox session {session} exited {code} without {what}: "
                 f"{_reason_from(log_tail(log))}"

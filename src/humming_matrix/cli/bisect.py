@@ -34,7 +34,7 @@ from humming_matrix.package_index import (
     default_cache_dir,
     released_versions,
 )
-from humming_matrix.paired_judge import KernelJudge, PairedJudge
+from humming_matrix.paired_judge import DivergenceJudge, KernelJudge, PairedJudge
 from humming_matrix.probe import (
     DEFAULT_PROBE_TIMEOUT_S,
     NoxRunner,
@@ -110,7 +110,9 @@ def register(sub: Any) -> None:
     p.add_argument("--fresh", action="store_true", help="discard an existing log, start over")
     p.add_argument("--tier", choices=[t.value for t in Tier], default=Tier.GSM8K.value,
                    help="gsm8k: the config suite through vllm serve (default); kernels: the "
-                   "GEMM probe (`kernels-<version>` sessions, needs a GPU)")
+                   "GEMM probe (`kernels-<version>` sessions, needs a GPU); divergence: "
+                   "teacher-forced logprobs of each config against the good version's, with "
+                   "its A/A repeat as the floor (docs/divergence.md; --alpha applies)")
     p.add_argument("--fail-on-slowdown", action="store_true",
                    help="kernel tier: a slower kernel counts as bad too")
     p.add_argument("--changes-url", default=bisect_report.DEFAULT_CHANGES_URL,
@@ -142,7 +144,8 @@ def suite_from(args: argparse.Namespace) -> Suite:
         run_args += ["--config-list", str(path)]
     for path in files:
         run_args += ["--config", str(path)]
-    return Suite(tuple(configs), tuple(run_args), args.results.resolve(), args.limit)
+    tier = Tier(getattr(args, "tier", Tier.GSM8K.value))
+    return Suite(tuple(configs), tuple(run_args), args.results.resolve(), args.limit, tier)
 
 
 def prober_from(args: argparse.Namespace, suite: Suite, jobs: int, matrix: Matrix) -> Prober:
@@ -178,6 +181,8 @@ def main(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     settings = Settings(alpha=args.alpha, min_effect=args.min_effect)
+    if args.tier == Tier.DIVERGENCE.value and not 0.0 < args.alpha < 0.5:
+        raise UsageError(f"--alpha must be in (0, 0.5), got {args.alpha}")
     matrix = load_matrix(args.matrix)
     suite = suite_from(args)
     released = released_versions(_index(args).releases(PROJECT), prereleases=args.prereleases)
@@ -197,8 +202,10 @@ def main(args: argparse.Namespace) -> int:
     prober = prober_from(args, suite, args.jobs, matrix)
     suffix = "" if suite.tier is Tier.GSM8K else f".{suite.tier.value}"
     log_path = args.log or suite.store / "bisect" / f"{good}..{bad}{suffix}.jsonl"
-    judge: PairedJudge | KernelJudge = (
-        KernelJudge(args.fail_on_slowdown) if suite.tier is Tier.KERNELS else PairedJudge(settings)
+    judge: PairedJudge | KernelJudge | DivergenceJudge = (
+        KernelJudge(args.fail_on_slowdown) if suite.tier is Tier.KERNELS
+        else DivergenceJudge(args.alpha) if suite.tier is Tier.DIVERGENCE
+        else PairedJudge(settings)
     )
     with terminate_unwinds(), BisectLog(log_path, plan, fresh=args.fresh) as log:
         result = Driver(

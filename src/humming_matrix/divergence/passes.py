@@ -33,6 +33,15 @@ from humming_matrix.results import ConfigInfo, Timings, new_run_id, redact, utc_
 DEFAULT_TOP_K = 5
 NOT_ASKED = "not asked: the pass stopped first"
 NOT_STARTED = "not asked: the server never became ready"
+# The divergence stage of a matrix session (cli/session.py): passes per config against one
+# launch, so every cell holds its own A/A pair, the floor a comparison with it needs.
+STAGE_REPEAT = 2
+# The configs that get a divergence stage after their GSM8K stage: a config list file (the
+# session's --divergence-list, else this variable).
+DIVERGENCE_LIST_ENV = "HUMMING_MATRIX_DIVERGENCE_LIST"
+# "1": the divergence stage of every config of the run, and no GSM8K stage (what a
+# `bisect --tier divergence` probe sets).
+DIVERGENCE_ONLY_ENV = "HUMMING_MATRIX_DIVERGENCE_ONLY"
 
 
 @dataclass(frozen=True)
