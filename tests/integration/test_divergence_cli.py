@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from humming_matrix.cli import build_parser
+from humming_matrix.cli.session import Seams, execute
+from humming_matrix.divergence.passes import DIVERGENCE_ONLY_ENV
 from humming_matrix.divergence.record import load_divergence_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,3 +152,47 @@ def test_a_server_that_dies_at_start_leaves_a_record_saying_so(tmp_path: Path) -
     assert record.startup["status"] == "failed"
     assert record.startup["reason"] == "vllm serve exited with code 1 before becoming ready"
     assert [q.error for q in record.questions] == ["not asked: the server never became ready"] * 2
+
+
+SESSION_MATRIX = """\
+[recipe.humming_only]
+requirements = ["humming-kernels=={humming}"]
+no_deps = true
+gpus = 0
+preflight = false
+[variant.cpu]
+[[pairing]]
+humming = ">=0.1.0,<0.2"
+versions = ["0.1.2"]
+variants = ["cpu"]
+"""
+
+
+def test_a_matrix_session_divergence_stage_writes_an_a_a_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`humming-matrix session` as `nox -s humming-<v>` runs it, with the divergence stage
+    asked for (as a `bisect --tier divergence` probe asks): the real `divergence run`, its
+    server the double, two passes against one launch, no GSM8K stage. Only the installed
+    packages are a seam (no humming-kernels is installed here)."""
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(SESSION_MATRIX, encoding="utf-8")
+    install = tmp_path / "env" / "humming-install.json"
+    monkeypatch.setenv("HUMMING_MATRIX_SESSION", "humming-0.1.2")
+    monkeypatch.setenv("HUMMING_MATRIX_INSTALL_RECORD", str(install))
+    toy = config(tmp_path / "c", "toy", {"jitter": 0.01})
+    args = build_parser().parse_args([
+        "session", "--matrix", str(matrix), "--results", str(tmp_path / "store"),
+        "humming-0.1.2", "--", "--config", str(toy), "--limit", "4"])
+    code = execute(args, Seams(packages=lambda: {"humming-kernels": "0.1.2"}),
+                   {**os.environ, DIVERGENCE_ONLY_ENV: "1"})
+    assert code == 0
+    records = load_divergence_records(tmp_path / "store")
+    assert [(r.config.name, r.complete, len(r.questions), r.environment["session"])
+            for _, r in records] == [("toy", True, 4, "humming-0.1.2")] * 2
+    assert records[0][1].server["command"] == records[1][1].server["command"]
+    # The install record the session wrote is in each divergence record, as in a GSM8K one.
+    assert records[0][1].environment["install"]["humming_kernels"] == "0.1.2"
+    assert list((tmp_path / "store").glob("gsm8k__*")) == []
+    outcome = json.loads(install.read_text())
+    assert (outcome["outcome"], outcome["exit_code"]) == ("ran", 0)

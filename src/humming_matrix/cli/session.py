@@ -7,7 +7,12 @@
 4. the CPU preflight (125 on failure), unless the matrix recipe declares `preflight = false`;
 5. with HUMMING_MATRIX_PREFLIGHT_ONLY=1: stop after the preflight (exit 0); without the GPUs
    the cell needs: stop, saying only the preflight ran (exit 3);
-6. `humming-matrix run RUN_ARGS` (or `kernels` with --kernels), its exit code the session's.
+6. `humming-matrix run RUN_ARGS` (or `kernels` with --kernels), its exit code the session's;
+7. the divergence stage (docs/divergence.md), opt-in per config: the configs of the run that
+   the list file --divergence-list (else $HUMMING_MATRIX_DIVERGENCE_LIST) names get
+   `humming-matrix divergence run --repeat 2` after step 6, under the same GPU lease; with
+   HUMMING_MATRIX_DIVERGENCE_ONLY=1 (a `bisect --tier divergence` probe) every config of the run
+   gets it and step 6 is left out. The session's exit code is the worse of its stages'.
 
 The noxfile only installs and calls this; every decision lives here.
 """
@@ -25,7 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix import distributions, environment, installation
-from humming_matrix.config import load_configs
+from humming_matrix.config import EvalConfig, load_configs
+from humming_matrix.divergence.passes import (
+    DIVERGENCE_LIST_ENV,
+    DIVERGENCE_ONLY_ENV,
+    STAGE_REPEAT,
+)
 from humming_matrix.errors import (
     ExitCode,
     HummingMatrixError,
@@ -127,6 +137,14 @@ def register(sub: Any) -> None:
         help="after verifying, run `humming-matrix kernels` instead of the GSM8K stage",
     )
     p.add_argument(
+        "--divergence-list",
+        type=Path,
+        metavar="FILE",
+        help="a config list: those of the run's configs it names also get a divergence stage "
+        f"(default: ${DIVERGENCE_LIST_ENV}; none); ${DIVERGENCE_ONLY_ENV}=1: every config, and "
+        "no GSM8K stage",
+    )
+    p.add_argument(
         "--install-failed",
         action="store_true",
         help="the installer failed (the noxfile says so): record it and exit 125",
@@ -180,6 +198,40 @@ def _configs_of(run_args: Sequence[str]) -> tuple[list[Path], list[Path]]:
     parser.add_argument("--config-list", action="append", type=Path, default=[])
     known, _ = parser.parse_known_args(list(run_args))
     return known.config, known.config_list
+
+
+def _divergence_configs(
+    args: argparse.Namespace, configs: Sequence[EvalConfig], environ: Mapping[str, str]
+) -> list[EvalConfig]:
+    """The configs of this run that get a divergence stage, in the run's order."""
+    if environ.get(DIVERGENCE_ONLY_ENV) == "1":
+        return list(configs)
+    listed = args.divergence_list or environ.get(DIVERGENCE_LIST_ENV)
+    if not listed:
+        return []
+    names = {c.name for c in load_configs([], [Path(listed)])}
+    return [c for c in configs if c.name in names]
+
+
+def _divergence_arguments(full_args: Sequence[str], configs: Sequence[EvalConfig]) -> list[str]:
+    """`divergence run` for `configs`, with the run's store, limit, endpoint and retry budget."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for flag in ("--results", "--limit", "--endpoint", "--retries", "--max-errors"):
+        parser.add_argument(flag)
+    known, _ = parser.parse_known_args(list(full_args))
+    out = ["divergence", "run"]
+    for config in configs:
+        out += ["--config", str(config.path)]
+    for flag, value in vars(known).items():
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", value]
+    return [*out, "--repeat", str(STAGE_REPEAT)]
+
+
+def _worse(codes: Sequence[int]) -> int:
+    """The session's code from its stages': a fault (3) over a usage error (2) over a failed
+    threshold (1) over success."""
+    return max(codes, default=int(ExitCode.OK))
 
 
 def _default_config_list(args: argparse.Namespace) -> Path:
@@ -300,10 +352,19 @@ def _pipeline(
         hint = f" (set {PREFLIGHT_ONLY_ENV}=1 for a preflight-only run)"
         raise NoGPUError(message + (hint if cell.recipe.preflight else ""))
 
+    divergence = _divergence_configs(args, configs, environ)
+    only = environ.get(DIVERGENCE_ONLY_ENV) == "1"
     record = record.advance(Stage.RUN)
     installation.write_record(path, record)
+    codes = []
     with seams.gpu_lease(cell.session, needed):
-        code = command(["run", *full_args])
+        if not only:
+            codes.append(command(["run", *full_args]))
+        if divergence:
+            print(f"{cell.session}: divergence stage: "
+                  f"{', '.join(c.name for c in divergence)}", flush=True)
+            codes.append(command(_divergence_arguments(full_args, divergence)))
+    code = _worse(codes)
     installation.write_outcome(path, record, Outcome.RAN, code)
     return code
 
