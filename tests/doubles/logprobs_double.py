@@ -13,6 +13,9 @@ variable LOGPROBS_DOUBLE_POLICY:
                      server was asked that text, so a test's outcome is the same on every run
   shift: s           a fixed perturbation of sd s on every logit, the same in every request (a
                      changed kernel); seeded by `shift_seed` (default 1)
+  shift_if_humming: {"<specifier>": s}   the shift, when the installed humming-kernels version
+                     is in the specifier set (a release whose kernels changed the logits; under
+                     nox the double runs in the session's venv and reads its humming-kernels)
   fail_first: n      the first n completion requests get HTTP 500
   exit_at_start: code  print a fatal line and exit with that code before listening
   tokenizer_offset: n  /tokenize and prompt_token_ids add n to every token id (another
@@ -30,10 +33,26 @@ import random
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+# The GSM8K double's version reading (standard library only), from the checkout this file is in.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.doubles.vllm_double import _humming_version, _in_specifier
 
 VOCAB = 256
 POLICY: dict[str, Any] = json.loads(os.environ.get("LOGPROBS_DOUBLE_POLICY") or "{}")
+
+
+def _shift() -> float:
+    humming = _humming_version()
+    for spec, shift in POLICY.get("shift_if_humming", {}).items():
+        if humming is not None and _in_specifier(humming, spec):
+            return float(shift)
+    return float(POLICY.get("shift", 0.0))
+
+
+SHIFT = _shift()
 _lock = threading.Lock()
 _completions = 0
 _asked: dict[str, int] = {}
@@ -44,10 +63,10 @@ def _fixed_logits(context: tuple[int, int]) -> tuple[float, ...]:
     """The model's logits after `context`, with the policy's fixed shift: the same every time."""
     rng = random.Random(context[0] * 1000003 + context[1])
     logits = [rng.gauss(0.0, 2.0) for _ in range(VOCAB)]
-    if POLICY.get("shift"):
+    if SHIFT:
         fixed = random.Random(int(POLICY.get("shift_seed", 1)) * 7919 + context[0] * 257
                               + context[1])
-        logits = [x + fixed.gauss(0.0, float(POLICY["shift"])) for x in logits]
+        logits = [x + fixed.gauss(0.0, SHIFT) for x in logits]
     return tuple(logits)
 
 

@@ -16,7 +16,10 @@ import pytest
 from packaging.version import Version
 
 from humming_matrix.config import load_config
+from humming_matrix.divergence.record import load_divergence_records
 from tests.doubles.divergence_pass_double import write_pass
+from tests.integration.bisect_workspace import LISTED as REAL_LISTED
+from tests.integration.bisect_workspace import gsm8k_dir
 
 REPO = Path(__file__).resolve().parents[2]
 NOXFILE = REPO / "tests" / "doubles" / "noxfile_uninstallable_double.py"
@@ -124,3 +127,56 @@ def test_an_untestable_good_version_exits_3(workspace: Path) -> None:
     assert env_versions.returncode == 3, env_versions.stdout + env_versions.stderr
     assert ("bisect: endpoints could not be verified: good endpoint 0.1.2 tested skip"
             in env_versions.stdout.splitlines())
+
+
+def test_real_sessions_run_the_divergence_stage_and_the_bisect_finds_the_shift(
+    tmp_path: Path,
+) -> None:
+    """The same bisect with real nox sessions of the project's noxfile: each probe installs
+    the real humming-kernels wheel into its own venv (uv, --no-deps) and runs the session's
+    divergence stage against the logprobs double as `vllm`, which perturbs its logits when the
+    venv holds humming-kernels >= 0.1.6. 0.1.4.post1 was never released: its install fails."""
+    links = tmp_path / "links"
+    links.mkdir()
+    for version in REAL_LISTED:
+        (links / f"humming_kernels-{version}-py3-none-any.whl").touch()
+    (tmp_path / "matrix.toml").write_text(MATRIX)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").symlink_to(REPO / "tests" / "doubles" / "logprobs_double.py")
+    policy = {"jitter": 0.01, "shift_if_humming": {">=0.1.6": 0.02}}
+    config = tmp_path / "toy.yaml"
+    config.write_text('model_name: "toy"\naccuracy_threshold: 0.0\nnum_questions: 1319\n'
+                      "num_fewshot: 0\nstartup_max_wait_seconds: 60\n"
+                      f"env:\n  LOGPROBS_DOUBLE_POLICY: '{json.dumps(policy)}'\n")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "HUMMING_MATRIX_FILE": str(tmp_path / "matrix.toml"),
+           "HUMMING_MATRIX_GSM8K_DIR": str(gsm8k_dir())}
+    for name in ("CUDA_VISIBLE_DEVICES", "HUMMING_MATRIX_SESSION",
+                 "HUMMING_MATRIX_INSTALL_RECORD"):
+        env.pop(name, None)
+    store = tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "bisect", "--tier", "divergence",
+         "--good", "0.1.2", "--bad", "0.1.8", "--find-links", str(links), "--index-cache",
+         str(tmp_path / "ic"), "--config", str(config), "--limit", "8", "--results",
+         str(store), "--noxfile", str(REPO / "noxfile.py"), "--envdir", str(tmp_path / "envs")],
+        capture_output=True, text=True, env=env, timeout=300, check=False, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "bisect: first bad 0.1.6, last good 0.1.5" in lines, done.stdout
+    assert (f"bisect: sessions run: humming-0.1.2, humming-0.1.8, humming-0.1.4.post1, "
+            f"humming-0.1.5, humming-0.1.6; log: "
+            f"{store / 'bisect' / '0.1.2..0.1.8.divergence.jsonl'}") in lines
+    skip = next(line for line in lines if line.startswith("bisect: 0.1.4.post1:"))
+    assert skip.startswith(
+        "bisect: 0.1.4.post1: skip (could not run) - untestable: nox session "
+        "humming-0.1.4.post1 exited 1 without two complete divergence records of every config: ")
+    # Two passes per probed version, each from its own venv's humming-kernels and session, and
+    # no GSM8K record: the probes ran the divergence stage only.
+    seen = sorted((r.humming_version, r.environment["session"], r.complete)
+                  for _, r in load_divergence_records(store))
+    assert seen == [(v, f"humming-{v}", True) for v in ("0.1.2", "0.1.5", "0.1.6", "0.1.8")
+                    for _ in range(2)]
+    assert list(store.rglob("gsm8k__*.json")) == []
