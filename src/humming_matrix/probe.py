@@ -394,6 +394,9 @@ class Prober:
             posargs += ["--limit", str(self.suite.limit)]
         if self.suite.tier is Tier.DIVERGENCE:
             env[DIVERGENCE_ONLY_ENV] = "1"
+        else:
+            # Left over in the caller's environment it would make a GSM8K probe run no GSM8K.
+            env.pop(DIVERGENCE_ONLY_ENV, None)
         with self._lock:
             self.sessions_run.append(session)
         before = set(self._record_paths(cell))

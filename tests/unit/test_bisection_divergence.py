@@ -161,3 +161,27 @@ def test_a_single_pass_is_not_reused(tmp_path: Path, matrix: Matrix, config: Eva
     assert prober.probe(cell).status is ProbeStatus.REUSED
     assert Prober(Suite((config,), (), store, N - 1, Tier.DIVERGENCE), session,
                   log_dir=tmp_path / "logs", base_env={}).stored(cell) is None
+
+
+def test_a_gsm8k_probe_never_passes_divergence_only_on(
+    tmp_path: Path, matrix: Matrix, config: EvalConfig
+) -> None:
+    """Left in the caller's environment, HUMMING_MATRIX_DIVERGENCE_ONLY=1 would make every
+    GSM8K probe's session skip its GSM8K stage (and so be untestable)."""
+    seen: list[Mapping[str, str]] = []
+
+    class Runner:
+        def __call__(self, session: str, posargs: Sequence[str], env: Mapping[str, str],
+                     log: Path) -> int:
+            seen.append(dict(env))
+            log.write_text("nox > Session failed.\n")
+            return 1
+
+        def stop_all(self) -> None:
+            """Nothing runs in the background here."""
+
+    suite = Suite((config,), (), tmp_path / "store", N)
+    prober = Prober(suite, Runner(), log_dir=tmp_path / "logs",
+                    base_env={DIVERGENCE_ONLY_ENV: "1", "KEPT": "yes"})
+    assert prober.probe(matrix.cell_for("0.1.4")).status is ProbeStatus.UNTESTABLE
+    assert [(DIVERGENCE_ONLY_ENV in env, env["KEPT"]) for env in seen] == [(False, "yes")]

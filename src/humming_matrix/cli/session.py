@@ -215,7 +215,7 @@ def _divergence_configs(
 
 def _divergence_arguments(full_args: Sequence[str], configs: Sequence[EvalConfig]) -> list[str]:
     """`divergence run` for `configs`, with the run's store, limit, endpoint and retry budget."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for flag in ("--results", "--limit", "--endpoint", "--retries", "--max-errors"):
         parser.add_argument(flag)
     known, _ = parser.parse_known_args(list(full_args))
