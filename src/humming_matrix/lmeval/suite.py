@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from humming_matrix import environment, server
+from humming_matrix import environment, process_group, server
 from humming_matrix.errors import ConfigError, InfrastructureError
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.lmeval.record import (
@@ -39,12 +38,14 @@ from humming_matrix.progress import Progress
 from humming_matrix.results import (
     ConfigInfo,
     RecordKind,
+    Secrets,
     new_run_id,
     record_filename,
-    redact,
+    redact_config_env,
+    stored_config_fields,
     utc_now_iso,
 )
-from humming_matrix.server import die_with_parent, log_tail
+from humming_matrix.server import log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
 CACHE_DIR = ".lm-eval-cache"
@@ -113,8 +114,12 @@ def model_args(config: LmEvalConfig, url: str) -> dict[str, Any]:
     }
 
 
-def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool) -> dict[str, str]:
+def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool,
+                       api_key: str | None = None) -> dict[str, str]:
     env = dict(base)
+    if api_key is not None:
+        # lm-eval's local-completions and local-chat-completions send it as a bearer token.
+        env["OPENAI_API_KEY"] = api_key
     # A private datasets cache: the local task files are re-read every run, never a stale copy.
     env["HF_DATASETS_CACHE"] = str(scratch / "hf-datasets")
     if offline:
@@ -130,30 +135,13 @@ def run_worker(command: list[str], env: Mapping[str, str], log_path: Path,
     `check` is polled while it runs (the server's liveness); whatever it raises stops the worker,
     as does Ctrl-C; the whole group is always gone on return.
     """
-    with log_path.open("ab") as log:
-        # Its own group, so stopping it reaches whatever lm-eval spawns; and it dies with us.
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, env=dict(env),
-                                   start_new_session=True, preexec_fn=die_with_parent)
-    try:
+    with log_path.open("ab") as log, process_group.group(
+        command, grace=TERM_GRACE_SECONDS, env=env, stdout=log, stderr=subprocess.STDOUT,
+    ) as process:
         while process.poll() is None:
             check()
             time.sleep(POLL_SECONDS)
-        return process.returncode
-    finally:
-        _stop_group(process)
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=wait)
-            try:
-                os.killpg(process.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
+        return int(process.returncode)
 
 
 WorkerRunner = Callable[[list[str], Mapping[str, str], Path, Callable[[], None]], int]
@@ -191,8 +179,9 @@ class LmEvalSuite:
         worker_log = store / f"{stem}.lm-eval.log"
         limit = effective_limit(config, self.settings.limit)
         spec = config.server_spec(self.settings.tp_size)
-        server_info: dict[str, Any] = {"model": spec.model, "args": list(spec.args),
-                                       "env": redact(spec.env)}
+        secrets = Secrets.gather(spec.args, spec.env)
+        server_info: dict[str, Any] = {"model": spec.model, "args": secrets.argv(spec.args),
+                                       "env": redact_config_env(spec.env)}
         cache = AnswerCache.of(store, config, env.get("humming_kernels"))
         resumed = self.settings.resume and bool(cache.files())
         if not self.settings.resume:
@@ -215,7 +204,8 @@ class LmEvalSuite:
             run_id=run_id,
             created=utc_now_iso(),
             complete=True,
-            config=ConfigInfo(config.name, str(config.path), config.sha256, dict(config.fields)),
+            config=ConfigInfo(config.name, str(config.path), config.sha256,
+                              stored_config_fields(config.fields, secrets)),
             environment=env,
             server=server_info,
             lm_eval={
@@ -256,24 +246,25 @@ class LmEvalSuite:
                 server_info.update(endpoint=self.settings.endpoint, launched=False)
                 self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
                 output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
-                                        scratch, cache, worker_log, lambda: None)
+                                        scratch, cache, worker_log, lambda: None, None)
             else:
                 log_path = store / f"{stem}.server.log"
                 server_info.update(launched=True, log=log_path.name)
                 self.progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
                                     f"(log: {log_path})")
                 with self.launch(spec, log_path) as running:
-                    server_info.update(command=list(running.command), endpoint=running.url)
+                    server_info.update(command=running.secrets.argv(running.command),
+                                       endpoint=running.url)
                     self.progress.stage(f"{config.name}: server ready; running lm-eval "
                                         f"(log: {worker_log})")
                     output = self._evaluate(config, running.url, limit, tasks.offline, scratch,
-                                            cache, worker_log, running.check)
+                                            cache, worker_log, running.check, running.api_key)
                 self.progress.stage(f"{config.name}: server stopped")
         return output, tasks.local
 
     def _evaluate(self, config: LmEvalConfig, url: str, limit: int | float | None,
                   offline: bool, scratch: Path, cache: AnswerCache, log_path: Path,
-                  check: Callable[[], None]) -> dict[str, Any]:
+                  check: Callable[[], None], api_key: str | None) -> dict[str, Any]:
         request = {
             "model": config.lm_eval_model,
             "model_args": model_args(config, url),
@@ -293,7 +284,7 @@ class LmEvalSuite:
         request_path.write_text(json.dumps(request), encoding="utf-8")
         command = [self.settings.python, "-m", WORKER_MODULE, str(request_path), str(output_path)]
         base = os.environ if self.base_env is None else self.base_env
-        env = worker_environment(base, scratch, offline)
+        env = worker_environment(base, scratch, offline, api_key)
         code = self.worker(command, env, log_path, check)
         if code == EXIT_UNKNOWN_TASK:
             raise ConfigError(config.path, "tasks", log_tail(log_path, 1) or "unknown task")
