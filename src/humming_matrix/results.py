@@ -8,6 +8,7 @@ no file is ever written twice.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import shlex
@@ -149,6 +150,21 @@ def stored_config_fields(fields: Mapping[str, Any], secrets: Secrets) -> dict[st
     if isinstance(stored.get("server_args"), str):
         stored["server_args"] = secrets.args_text(stored["server_args"])
     return stored
+
+
+# What makes two runs of one config the same measurement: a record is resumed (and lm-eval's
+# answer cache reused) only by a run whose environment agrees on all of these.
+IDENTITY_KEYS = ("humming_kernels", "vllm", "vllm_distribution", "torch", "torch_cuda", "python",
+                 "gpu", "session", "packages")
+
+
+def environment_identity(env: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: env.get(key) for key in IDENTITY_KEYS}
+
+
+def identity_digest(env: Mapping[str, Any]) -> str:
+    text = json.dumps(environment_identity(env), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def new_run_id(now: datetime | None = None) -> str:

@@ -25,19 +25,17 @@ from humming_matrix.evaluate import Evaluation, RunSettings, make_client
 from humming_matrix.interrupts import deferred
 from humming_matrix.progress import Progress
 from humming_matrix.results import (
+    IDENTITY_KEYS,
     Gsm8kRecord,
     RecordKind,
     Secrets,
+    environment_identity,
     iter_gsm8k_records,
     record_filename,
     redact_config_env,
     write_record,
 )
 
-# What makes two runs of one config the same measurement: a record is resumed only into a run
-# whose environment agrees on all of these (and whose config file has the same sha256).
-IDENTITY_KEYS = ("humming_kernels", "vllm", "vllm_distribution", "torch", "torch_cuda", "python",
-                 "gpu", "session", "packages")
 # The wall-clock limit of a run by default: the server's start-up allowance, then this much,
 # plus this much per question (a GPU answers 1319 questions in minutes, a CPU smoke run 30 in
 # seconds; a hung server is the case this bounds).
@@ -61,10 +59,6 @@ class RunOptions:
 def default_time_limit(config: EvalConfig, questions: int) -> float:
     return (config.startup_max_wait_seconds + TIME_LIMIT_BASE_SECONDS
             + TIME_LIMIT_PER_QUESTION_SECONDS * questions)
-
-
-def identity(env: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: env.get(key) for key in IDENTITY_KEYS}
 
 
 def _differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
@@ -97,9 +91,9 @@ def find_resumable(store: Path, config: EvalConfig,
         and r.humming_version == env.get("humming_kernels")
         and r.environment.get("session") == env.get("session")
     ]
-    here = identity(env)
+    here = environment_identity(env)
     same = [r for r in unfinished
-            if r.config.sha256 == config.sha256 and identity(r.environment) == here]
+            if r.config.sha256 == config.sha256 and environment_identity(r.environment) == here]
     newest = max(unfinished, key=lambda r: r.run_id, default=None)
     if same:
         return max(same, key=lambda r: r.run_id)

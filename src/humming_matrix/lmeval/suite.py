@@ -12,19 +12,20 @@ never a replay), and a finished run deletes it. The server and worker logs stay 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from humming_matrix import environment, process_group, server
-from humming_matrix.errors import ConfigError, InfrastructureError
+from humming_matrix.errors import ConfigError, InfrastructureError, UsageError
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.lmeval.record import (
     LmEvalRecord,
@@ -39,6 +40,7 @@ from humming_matrix.results import (
     ConfigInfo,
     RecordKind,
     Secrets,
+    identity_digest,
     new_run_id,
     record_filename,
     redact_config_env,
@@ -49,6 +51,7 @@ from humming_matrix.server import log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
 CACHE_DIR = ".lm-eval-cache"
+LOCK_DIR = ".lm-eval-locks"
 POLL_SECONDS = 0.2
 TERM_GRACE_SECONDS = 10.0
 
@@ -66,14 +69,17 @@ class SuiteSettings:
 @dataclass(frozen=True)
 class AnswerCache:
     """lm-eval's request cache for one config in one environment (lm-eval appends
-    `_rank<N>.db` to the path it is given)."""
+    `_rank<N>.db` to the path it is given). The name carries the config's sha256, the humming
+    version and a digest of the environment's identity (`results.IDENTITY_KEYS`): answers asked
+    of another variant (CUDA wheel, vLLM, package set) are never replayed into this one."""
 
     base: Path
 
     @classmethod
-    def of(cls, store: Path, config: LmEvalConfig, humming: str | None) -> AnswerCache:
+    def of(cls, store: Path, config: LmEvalConfig, env: Mapping[str, Any]) -> AnswerCache:
+        humming = env.get("humming_kernels") or "unknown"
         return cls(store / CACHE_DIR /
-                   f"{config.name}-{config.sha256[:12]}-{humming or 'unknown'}")
+                   f"{config.name}-{config.sha256[:12]}-{humming}-{identity_digest(env)[:12]}")
 
     def files(self) -> list[Path]:
         if not self.base.parent.is_dir():
@@ -83,6 +89,27 @@ class AnswerCache:
     def clear(self) -> None:
         for path in self.files():
             path.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def held(self, config: LmEvalConfig) -> Iterator[None]:
+        """One run at a time per cache: a second run of the config in the same environment and
+        store would clear (or write into) the answers the first is reading and writing. The lock
+        lives apart from the cache (an flock, released by the kernel however the run ends)."""
+        locks = self.base.parent.parent / LOCK_DIR
+        locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(locks / f"{self.base.name}.lock",
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(
+                    f"{config.name}: another run of this config in this environment is using "
+                    f"{self.base.parent}; wait for it to finish"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
 
 
 class Launcher(Protocol):
@@ -179,10 +206,17 @@ class LmEvalSuite:
         worker_log = store / f"{stem}.lm-eval.log"
         limit = effective_limit(config, self.settings.limit)
         spec = config.server_spec(self.settings.tp_size)
+        cache = AnswerCache.of(store, config, env)
+        with cache.held(config):
+            return self._run_holding(config, env, run_id, store, stem, worker_log, limit, spec,
+                                     cache)
+
+    def _run_holding(self, config: LmEvalConfig, env: dict[str, Any], run_id: str, store: Path,
+                     stem: str, worker_log: Path, limit: int | float | None,
+                     spec: server.ServerSpec, cache: AnswerCache) -> tuple[LmEvalRecord, Path]:
         secrets = Secrets.gather(spec.args, spec.env)
         server_info: dict[str, Any] = {"model": spec.model, "args": secrets.argv(spec.args),
                                        "env": redact_config_env(spec.env)}
-        cache = AnswerCache.of(store, config, env.get("humming_kernels"))
         resumed = self.settings.resume and bool(cache.files())
         if not self.settings.resume:
             cache.clear()
