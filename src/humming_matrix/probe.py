@@ -29,15 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
-from humming_matrix import environment
+from humming_matrix import environment, process_group
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.kernels.record import RECORD_NAME as KERNEL_RECORD_NAME
 from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
-from humming_matrix.process_group import stop_group
 from humming_matrix.results import (
     Gsm8kRecord,
     RecordKind,
@@ -147,8 +146,10 @@ class NoxRunner:
             argv += ["--envdir", str(self.envdir)]
         argv += ["--", *posargs]
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w", encoding="utf-8") as out, _process_group(
-            argv, env, out, self.noxfile.parent, self.grace
+        # Stopped whole also when nox itself is gone: a session's server may outlive it.
+        with log.open("w", encoding="utf-8") as out, process_group.group(
+            argv, grace=self.grace, env=env, cwd=self.noxfile.parent, stdout=out,
+            stderr=subprocess.STDOUT,
         ) as process:
             with self._lock:
                 self._active.add(process)
@@ -170,26 +171,6 @@ def default_nox_command() -> tuple[str, ...]:
     if found is None:
         raise UsageError("nox is not installed here (pip install nox)")
     return (found,)
-
-
-@contextlib.contextmanager
-def _process_group(
-    argv: Sequence[str], env: Mapping[str, str], out: IO[str], cwd: Path, grace: float
-) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(
-        list(argv),
-        env=dict(env),
-        cwd=cwd,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        yield process
-    finally:
-        # Also when nox itself is gone: a session's server may outlive it in the group.
-        stop_group(process, grace)
 
 
 def _reason_from(tail: str) -> str:
