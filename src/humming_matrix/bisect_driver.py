@@ -243,6 +243,10 @@ class Driver:
         if result.status is ProbeStatus.START_FAILED:
             cell = self.matrix.cell_for(result.version, self.plan.variant)
             judgement = judge_failed_start(result, cell, self._started_neighbour(result.version))
+        elif result.status is ProbeStatus.CRASHED:
+            # A server that served and then died in CUDA: the kernel under test is the suspect.
+            judgement = Judgement(Verdict.BAD, result.reason,
+                                  {name: {"record": str(p)} for name, p in result.records.items()})
         elif not result.testable:
             judgement = Judgement(Verdict.SKIP, f"untestable: {result.reason}")
         elif result.version == self.plan.good:
@@ -289,6 +293,7 @@ class Driver:
                 ProbeStatus.RAN: "ran",
                 ProbeStatus.UNTESTABLE: "could not run",
                 ProbeStatus.START_FAILED: "server never ready",
+                ProbeStatus.CRASHED: "server crashed",
             }[result.status]
             self.say(f"bisect: {entry.version}: {entry.verdict.value} ({how}) - {entry.reason}")
         return {v: verdicts[v] for v in versions}

@@ -57,6 +57,9 @@ class ProbeStatus(str, Enum):
     # The session ran, and the server of a config never became ready: `records` holds the
     # records of that failed start. Bad or untestable depends on its neighbours (the judge).
     START_FAILED = "start_failed"
+    # The server became ready, served, and died with a CUDA error in its log (`server.crash` in
+    # the record, `records` holds it): evidence against the kernel, judged bad.
+    CRASHED = "crashed"
 
 
 class Tier(str, Enum):
@@ -272,6 +275,23 @@ class Prober:
                 out.setdefault(config.name, path)
         return out
 
+    def _crashes(self, cell: Cell, before: set[Path]) -> dict[str, Path]:
+        """Records this session wrote of servers that crashed with a CUDA error, per config."""
+        out: dict[str, Path] = {}
+        configs = {c.name: c for c in self.suite.configs}
+        for path in sorted(set(self._record_paths(cell)) - before):
+            try:
+                record = load_gsm8k_record(path)
+            except RecordError:
+                continue
+            config = configs.get(record.config.name)
+            crash = record.server.get("crash")
+            if (config is not None and isinstance(crash, dict) and crash.get("cuda_error")
+                    and record.humming_version == str(cell.humming)
+                    and record.config.sha256 == config.sha256):
+                out.setdefault(config.name, path)
+        return out
+
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
         newest: tuple[str, Path] | None = None
         pattern = record_filename(RecordKind.KERNELS, KERNEL_RECORD_NAME, str(cell.humming), "*")
@@ -351,6 +371,14 @@ class Prober:
             return ProbeResult(
                 version, session, ProbeStatus.START_FAILED, failed, reason, log, duration
             )
+        crashed = self._crashes(cell, before) if found is None else {}
+        if crashed:
+            name, path = next(iter(crashed.items()))
+            crash = load_gsm8k_record(path).server.get("crash") or {}
+            reason = (f"the server of config {name} crashed while serving with a CUDA error: "
+                      f"{crash.get('reason', '')}")
+            return ProbeResult(version, session, ProbeStatus.CRASHED, crashed, reason, log,
+                               duration)
         if found is None:
             what = "a complete kernel record" if self.suite.tier is Tier.KERNELS else (
                 "a complete record of every config"
