@@ -146,11 +146,12 @@ def test_secrets_hide_flag_values_in_both_spellings_and_listed_ones() -> None:
 
 
 def test_stored_config_fields_keep_the_humming_knobs_only() -> None:
-    fields = {"model_name": "m", "server_args": "--api-key 'a b c d' --enforce-eager",
-              "env": {"HF_TOKEN": "x", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"},
-              "env_vars": {"ANY": "y"}}
+    env = {"HF_TOKEN": "x", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"}
+    fields: dict[str, object] = {
+        "model_name": "m", "server_args": "--api-key 'a b c d' --enforce-eager", "env": env,
+        "env_vars": {"ANY": "y"}}
     stored = stored_config_fields(fields, Secrets.gather(["--api-key", "a b c d"], {}))
     assert stored == {"model_name": "m", "server_args": "--api-key '***' --enforce-eager",
                       "env": {"HF_TOKEN": "***", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"},
                       "env_vars": {"ANY": "***"}}
-    assert fields["env"]["HF_TOKEN"] == "x"  # the config itself is untouched
+    assert env["HF_TOKEN"] == "x"  # the config itself is untouched
