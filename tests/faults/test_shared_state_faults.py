@@ -69,7 +69,7 @@ def test_a_network_failure_while_downloading_gsm8k_is_infrastructure(tmp_path: P
      "nox: error: $HUMMING_MATRIX_EXTRA_VERSIONS: 'not-a-version' is not a version\n"),
     ("9.0.0", "nox: error: $HUMMING_MATRIX_EXTRA_VERSIONS: 9.0.0: no pairing's humming range "
               "in {matrix} covers it\n"),
-])
+], ids=["not-a-version", "uncovered"])
 def test_a_bad_extra_versions_value_blames_the_variable(value: str, message: str) -> None:
     """The variable a bisect sets for nox; a bad value is bad input (exit 2, one line), and it is
     the variable's fault, not the matrix file's."""
