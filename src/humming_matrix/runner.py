@@ -10,13 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from humming_matrix import environment, gsm8k, server
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import (
     HummingMatrixError,
-    InfrastructureError,
     ServerCrashError,
     ServerStartError,
     UsageError,
@@ -41,7 +38,6 @@ from humming_matrix.results import (
 # seconds; a hung server is the case this bounds).
 TIME_LIMIT_BASE_SECONDS = 600.0
 TIME_LIMIT_PER_QUESTION_SECONDS = 2.0
-ENDPOINT_CHECK_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -108,18 +104,6 @@ def find_resumable(store: Path, config: EvalConfig,
     )
 
 
-def check_endpoint(url: str, timeout: float = ENDPOINT_CHECK_SECONDS) -> None:
-    """A server named by --endpoint must answer /health before any question is asked."""
-    try:
-        status = httpx.get(f"{url.rstrip('/')}/health", timeout=timeout).status_code
-    except httpx.HTTPError as exc:
-        raise InfrastructureError(
-            f"--endpoint {url} does not answer ({type(exc).__name__}: {exc})".rstrip(": )") + ")"
-        ) from None
-    if status != 200:
-        raise InfrastructureError(f"--endpoint {url} is not healthy (HTTP {status} from /health)")
-
-
 def summary_line(record: Gsm8kRecord, path: Path) -> str:
     m = record.metrics
     verdict = "PASS" if m.passed else "FAIL"
@@ -171,7 +155,7 @@ def run_config(config: EvalConfig, options: RunOptions, progress: Progress) -> G
             progress.stage(f"{config.name}: nothing left to ask")
         elif options.endpoint:
             server_info.update(endpoint=options.endpoint, launched=False)
-            check_endpoint(options.endpoint)
+            server.check_endpoint(options.endpoint)
             progress.stage(
                 f"{config.name}: {len(evaluation.pending)} questions -> {options.endpoint}"
             )

@@ -40,6 +40,7 @@ SERVER_SEED = "0"
 HEALTH_POLL_SECONDS = 0.5
 TERM_GRACE_SECONDS = 10.0
 LOG_TAIL_LINES = 40
+ENDPOINT_CHECK_SECONDS = 10.0
 # What a record keeps of the server's environment: the variables that decide whether and how
 # vLLM and humming run (the sampler, the JIT cache, which packages are imported, which GPUs).
 RECORDED_ENV_PREFIXES = ("VLLM_", "HUMMING_", "CUDA_", "TORCH_", "NCCL_", "HF_")
@@ -326,3 +327,15 @@ def launch(
             server.stop(grace)
             # vLLM logs its arguments (the key among them) and may echo its environment.
             hidden.scrub_file(log_path)
+
+
+def check_endpoint(url: str, timeout: float = ENDPOINT_CHECK_SECONDS) -> None:
+    """A server named by --endpoint must answer /health before any question is asked."""
+    try:
+        status = httpx.get(f"{url.rstrip('/')}/health", timeout=timeout).status_code
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"--endpoint {url} does not answer ({type(exc).__name__}: {exc})".rstrip(": )") + ")"
+        ) from None
+    if status != 200:
+        raise ServerError(f"--endpoint {url} is not healthy (HTTP {status} from /health)")

@@ -87,3 +87,18 @@ def test_a_second_run_of_the_same_config_does_not_clear_the_first_ones_answers(
         first.kill()
     assert first.returncode == 0, err
     assert sorted(asked(log)) == list(range(20))
+
+
+def test_an_endpoint_that_is_down_is_checked_first(tmp_path: Path) -> None:
+    from humming_matrix.server import free_port
+
+    config = tmp_path / "Model-FP8.yaml"
+    config.write_text(CONFIG)
+    url = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store", "--endpoint", url)
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - started < 15
+    [line] = [ln for ln in done.stderr.splitlines() if ln.startswith("humming-matrix: error:")]
+    assert line.startswith(f"humming-matrix: error: --endpoint {url} does not answer (ConnectError")
+    assert list((tmp_path / "store").glob("*.json")) == []

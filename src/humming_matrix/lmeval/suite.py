@@ -278,6 +278,7 @@ class LmEvalSuite:
             tasks = write_task_dir(scratch / "tasks", [t.name for t in config.tasks])
             if self.settings.endpoint:
                 server_info.update(endpoint=self.settings.endpoint, launched=False)
+                server.check_endpoint(self.settings.endpoint)
                 self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
                 output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
                                         scratch, cache, worker_log, lambda: None, None)
