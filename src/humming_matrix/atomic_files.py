@@ -52,8 +52,17 @@ def replace_file(path: Path, write: Callable[[IO[str]], object]) -> Path:
     """Write `path` through `write(fh)`, replacing any file of that name in one step."""
     with _temporary(path, durable=False) as (fh, tmp):
         write(fh)
-    os.replace(tmp, path)
+    _move(tmp, path)
     return path
+
+
+def _move(tmp: Path, path: Path) -> None:
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        # e.g. a file of another user's in a sticky directory: no stray temporary left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def create_file(path: Path, write: Callable[[IO[str]], object]) -> Path:
@@ -72,5 +81,5 @@ def replace_bytes(path: Path, data: bytes) -> Path:
     """`replace_file` for bytes (a downloaded file, kept byte for byte)."""
     with _temporary_fd(path) as (fd, tmp), os.fdopen(fd, "wb") as fh:
         fh.write(data)
-    os.replace(tmp, path)
+    _move(tmp, path)
     return path
