@@ -96,11 +96,12 @@ def find_resumable(store: Path, config: EvalConfig,
     if newest is None:
         return None
     differs = _differences(newest.environment, env)
+    where = [f"in another environment ({'; '.join(differs)})"] if differs else []
     if newest.config.sha256 != config.sha256:
-        differs.insert(0, "the config file (sha256)")
+        where.insert(0, f"with another version of {config.path} (sha256)")
     raise UsageError(
-        f"cannot resume {newest.run_id} of {config.name}: it was measured in another "
-        f"environment ({'; '.join(differs)}); run without --resume for a fresh record"
+        f"cannot resume {newest.run_id} of {config.name}: it was measured "
+        f"{' and '.join(where)}; run without --resume for a fresh record"
     )
 
 
