@@ -32,6 +32,13 @@ LOG_SCHEMA = 1
 STARTED = (ProbeStatus.RAN, ProbeStatus.REUSED)
 
 
+def judge_crash(crashed: ProbeResult) -> Judgement:
+    """A server that served and then died with a CUDA error: the kernel under test is what
+    faulted (the machine and the stack answered questions), so the release is bad."""
+    return Judgement(Verdict.BAD, crashed.reason,
+                     {name: {"record": str(p)} for name, p in crashed.records.items()})
+
+
 # (baseline records, candidate records) -> judgement; records are config name -> path.
 Judge = Callable[[Mapping[str, Path], Mapping[str, Path]], Judgement]
 # The good endpoint has nothing to be compared with: it is judged by its own thresholds.
@@ -244,9 +251,7 @@ class Driver:
             cell = self.matrix.cell_for(result.version, self.plan.variant)
             judgement = judge_failed_start(result, cell, self._started_neighbour(result.version))
         elif result.status is ProbeStatus.CRASHED:
-            # A server that served and then died in CUDA: the kernel under test is the suspect.
-            judgement = Judgement(Verdict.BAD, result.reason,
-                                  {name: {"record": str(p)} for name, p in result.records.items()})
+            judgement = judge_crash(result)
         elif not result.testable:
             judgement = Judgement(Verdict.SKIP, f"untestable: {result.reason}")
         elif result.version == self.plan.good:
