@@ -129,9 +129,12 @@ MATRIX_FILE = _MATRIX.path.resolve()
 _REQUESTED = sessions_requested(sys.argv[1:], os.environ)
 for _note in _MATRIX.uncovered(_REQUESTED):
     print(f"nox: note: {_note}", file=sys.stderr)
-for _cell in _MATRIX.session_cells(
-    os.environ.get(EXTRA_VERSIONS_ENV, "").split(","), _REQUESTED
-):
+try:
+    _CELLS = _MATRIX.session_cells(os.environ.get(EXTRA_VERSIONS_ENV, "").split(","), _REQUESTED)
+except HummingMatrixError as exc:
+    print(f"nox: error: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
+for _cell in _CELLS:
     _cell_session(_cell)
     if _cell.tags:  # the `-<default variant>` alias gets no second kernels session
         _kernels_session(_cell)

@@ -26,16 +26,23 @@ def current_umask() -> int:
 
 @contextmanager
 def _temporary(path: Path, durable: bool) -> Iterator[tuple[IO[str], Path]]:
+    with _temporary_fd(path) as (fd, tmp), os.fdopen(fd, "w", encoding="utf-8") as fh:
+        yield fh, tmp
+        fh.flush()
+        if durable:
+            os.fsync(fh.fileno())
+
+
+@contextmanager
+def _temporary_fd(path: Path) -> Iterator[tuple[int, Path]]:
+    """A new file of a unique name beside `path` (two writers never share one), removed if the
+    block fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
     tmp = Path(name)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yield fh, tmp
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
+        yield fd, tmp
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -45,8 +52,17 @@ def replace_file(path: Path, write: Callable[[IO[str]], object]) -> Path:
     """Write `path` through `write(fh)`, replacing any file of that name in one step."""
     with _temporary(path, durable=False) as (fh, tmp):
         write(fh)
-    os.replace(tmp, path)
+    _move(tmp, path)
     return path
+
+
+def _move(tmp: Path, path: Path) -> None:
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        # e.g. a file of another user's in a sticky directory: no stray temporary left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def create_file(path: Path, write: Callable[[IO[str]], object]) -> Path:
@@ -58,4 +74,12 @@ def create_file(path: Path, write: Callable[[IO[str]], object]) -> Path:
         os.link(tmp, path)
     finally:
         tmp.unlink()
+    return path
+
+
+def replace_bytes(path: Path, data: bytes) -> Path:
+    """`replace_file` for bytes (a downloaded file, kept byte for byte)."""
+    with _temporary_fd(path) as (fd, tmp), os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    _move(tmp, path)
     return path

@@ -32,6 +32,13 @@ LOG_SCHEMA = 1
 STARTED = (ProbeStatus.RAN, ProbeStatus.REUSED)
 
 
+def judge_crash(crashed: ProbeResult) -> Judgement:
+    """A server that served and then died with a CUDA error: the kernel under test is what
+    faulted (the machine and the stack answered questions), so the release is bad."""
+    return Judgement(Verdict.BAD, crashed.reason,
+                     {name: {"record": str(p)} for name, p in crashed.records.items()})
+
+
 # (baseline records, candidate records) -> judgement; records are config name -> path.
 Judge = Callable[[Mapping[str, Path], Mapping[str, Path]], Judgement]
 # The good endpoint has nothing to be compared with: it is judged by its own thresholds.
@@ -243,6 +250,8 @@ class Driver:
         if result.status is ProbeStatus.START_FAILED:
             cell = self.matrix.cell_for(result.version, self.plan.variant)
             judgement = judge_failed_start(result, cell, self._started_neighbour(result.version))
+        elif result.status is ProbeStatus.CRASHED:
+            judgement = judge_crash(result)
         elif not result.testable:
             judgement = Judgement(Verdict.SKIP, f"untestable: {result.reason}")
         elif result.version == self.plan.good:
@@ -289,6 +298,7 @@ class Driver:
                 ProbeStatus.RAN: "ran",
                 ProbeStatus.UNTESTABLE: "could not run",
                 ProbeStatus.START_FAILED: "server never ready",
+                ProbeStatus.CRASHED: "server crashed",
             }[result.status]
             self.say(f"bisect: {entry.version}: {entry.verdict.value} ({how}) - {entry.reason}")
         return {v: verdicts[v] for v in versions}

@@ -91,6 +91,7 @@ def markdown(result: BisectResult, plan: Plan, changes_url: str) -> str:
             ProbeStatus.RAN: "ran",
             ProbeStatus.UNTESTABLE: "untestable",
             ProbeStatus.START_FAILED: "server never ready",
+            ProbeStatus.CRASHED: "server crashed",
         }[entry.status]
         if version in result.resumed:
             source += " (log)"

@@ -6,8 +6,10 @@ aiohttp, as vLLM's own harness uses: at 100 connections httpx's pool spent ~10 C
 Bounded concurrency, a per-request timeout, and retries with exponential backoff for answers that
 say nothing about the model: 5xx and 429 statuses and broken connections. A request that still
 fails after its retries yields a `Completion` with `error` set: a request error, which the caller
-counts apart from an invalid answer. If `check_server` says the server died, everything stops at
-once with a ServerError instead of retrying into a dead socket.
+counts apart from an invalid answer. A request that timed out is not retried: a server that held
+it for `timeout` seconds will not answer a retry sooner, and retrying multiplies the wait. If
+`check_server` says the server died, everything stops at once with a ServerError instead of
+retrying into a dead socket; whatever `on_done` raises stops everything the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ class Completion:
     text: str | None
     error: str | None
     attempts: int
+    status: int | None = None  # the HTTP status of the last answer, if one came
+
+
+class _Final(Exception):
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 class _Retryable(Exception):
@@ -59,7 +68,9 @@ class CompletionsClient:
         retry: RetryPolicy = RetryPolicy(),
         check_server: Callable[[], None] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        self.headers = dict(headers or {})
         self.url = base_url.rstrip("/") + "/v1/completions"
         self.params = {k: v for k, v in params.items() if v is not None}
         self.concurrency = concurrency
@@ -70,20 +81,23 @@ class CompletionsClient:
 
     async def _attempt(self, http: aiohttp.ClientSession, prompt: str) -> str:
         try:
-            async with http.post(self.url, json={"prompt": prompt, **self.params}) as response:
+            async with http.post(self.url, json={"prompt": prompt, **self.params},
+                                 headers=self.headers) as response:
                 status, body = response.status, await response.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except asyncio.TimeoutError:
+            raise _Final(f"no answer within {self.timeout:g} s") from None
+        except aiohttp.ClientError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
         if status in RETRYABLE_STATUS:
             raise _Retryable(f"HTTP {status}: {body[:200]}")
         if status != 200:
-            raise ValueError(f"HTTP {status}: {body[:200]}")
+            raise _Final(f"HTTP {status}: {body[:200]}", status)
         try:
             text = json.loads(body)["choices"][0]["text"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ValueError(f"malformed completion: {body[:200]}") from None
+            raise _Final(f"malformed completion: {body[:200]}", status) from None
         if not isinstance(text, str):
-            raise ValueError(f"malformed completion text: {text!r}")
+            raise _Final(f"malformed completion text: {text!r}", status)
         return text
 
     async def _one(self, http: aiohttp.ClientSession, gate: asyncio.Semaphore, index: int,
@@ -95,8 +109,8 @@ class CompletionsClient:
                 try:
                     text = await self._attempt(http, prompt)
                     return Completion(index, text, None, attempt)
-                except ValueError as exc:
-                    return Completion(index, None, str(exc), attempt)
+                except _Final as exc:
+                    return Completion(index, None, str(exc), attempt, exc.status)
                 except _Retryable as exc:
                     self.check_server()
                     if attempt > self.retry.retries:
@@ -109,7 +123,7 @@ class CompletionsClient:
         on_done: Callable[[Completion], None] = lambda c: None,
     ) -> list[Completion]:
         """Ask every prompt; `on_done` sees each completion as it arrives (for progress and for
-        the partial record if the run is cut short)."""
+        the partial record if the run is cut short, and to stop the run by raising)."""
         gate = asyncio.Semaphore(self.concurrency)
         connector = aiohttp.TCPConnector(limit=self.concurrency)
         timeout = aiohttp.ClientTimeout(total=self.timeout)
@@ -129,5 +143,8 @@ class CompletionsClient:
 
 
 def run_completions(client: CompletionsClient, prompts: Sequence[tuple[int, str]],
-                    on_done: Callable[[Completion], None]) -> list[Completion]:
-    return asyncio.run(client.complete(prompts, on_done))
+                    on_done: Callable[[Completion], None],
+                    time_limit: float | None = None) -> list[Completion]:
+    """Ask every prompt; raises TimeoutError (every request cancelled) once `time_limit`
+    seconds have passed."""
+    return asyncio.run(asyncio.wait_for(client.complete(prompts, on_done), time_limit))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from typing import Any
 
 from humming_matrix.client import Completion, CompletionsClient, RetryPolicy, run_completions
 from humming_matrix.config import EvalConfig
+from humming_matrix.errors import ConfigError, RequestError, RunTimeoutError
 from humming_matrix.gsm8k import STOP, Prompt, extract_answer
 from humming_matrix.progress import Progress
 from humming_matrix.results import (
@@ -16,13 +18,20 @@ from humming_matrix.results import (
     Gsm8kRecord,
     Metrics,
     QuestionOutcome,
+    Secrets,
     Timings,
     new_run_id,
+    stored_config_fields,
     utc_now_iso,
 )
 
 NOT_ASKED = "not asked: the run stopped first"
 NOT_STARTED = "not asked: the server never became ready"
+# Statuses that say the request itself is wrong (a prompt longer than --max-model-len is 400):
+# asking again, or asking the next question, cannot help; the config must change.
+BAD_REQUEST_STATUS = frozenset({400, 413, 422})
+CONTEXT_LENGTH_MARKERS = ("maximum context length", "max_model_len", "max-model-len",
+                          "context length")
 
 
 def score(prompt: Prompt, completion: Completion) -> QuestionOutcome:
@@ -53,6 +62,21 @@ def passes(accuracy: float, config: EvalConfig) -> bool:
 class RunSettings:
     retries: int = 3
     max_errors: int = 0
+    time_limit: float | None = None  # seconds left for asking; None: no limit
+
+
+def rejected(config: EvalConfig, completion: Completion) -> ConfigError:
+    """The bad-input error for a request the server refused as malformed, naming the key."""
+    error = completion.error or ""
+    if any(m in error.lower() for m in CONTEXT_LENGTH_MARKERS):
+        return ConfigError(
+            config.path, "server_args",
+            f"the server refused question {completion.index}: the prompt and max_tokens do not "
+            f"fit --max-model-len; raise --max-model-len (or lower num_fewshot or max_tokens) "
+            f"({error})",
+        )
+    return ConfigError(config.path, None,
+                       f"the server refused question {completion.index} as bad input ({error})")
 
 
 class Evaluation:
@@ -67,7 +91,9 @@ class Evaluation:
         *,
         previous: Gsm8kRecord | None = None,
         clock: Callable[[], float] = time.monotonic,
+        secrets: Secrets | None = None,
     ) -> None:
+        self.secrets = secrets or Secrets()
         self.config = config
         self.prompts = list(prompts)
         self.environment = dict(environment)
@@ -93,7 +119,13 @@ class Evaluation:
     def pending(self) -> list[Prompt]:
         return [p for p in self.prompts if p.index not in self.outcomes]
 
-    def ask(self, client: CompletionsClient, progress: Progress) -> None:
+    def ask(self, client: CompletionsClient, progress: Progress,
+            settings: RunSettings | None = None) -> None:
+        """Ask every pending question. Stops at once (every request cancelled, the answers so
+        far kept) when the server refuses a request as malformed (ConfigError), when more
+        requests failed than `settings.max_errors` allows (RequestError), or when
+        `settings.time_limit` seconds have passed (RunTimeoutError)."""
+        settings = settings or RunSettings(max_errors=len(self.prompts))
         pending = self.pending
         by_index = {p.index: p for p in pending}
         progress.start(self.config.name, len(self.prompts), len(self.prompts) - len(pending))
@@ -102,9 +134,23 @@ class Evaluation:
         def on_done(completion: Completion) -> None:
             self.outcomes[completion.index] = score(by_index[completion.index], completion)
             progress.advance()
+            if completion.status in BAD_REQUEST_STATUS:
+                raise rejected(self.config, completion)
+            if self.error_count > settings.max_errors:
+                raise RequestError(
+                    f"{self.config.name}: {self.error_count} requests failed after "
+                    f"{settings.retries} retries (allowed {settings.max_errors}); stopped at once"
+                )
 
         try:
-            run_completions(client, [(p.index, p.text) for p in pending], on_done)
+            run_completions(client, [(p.index, p.text) for p in pending], on_done,
+                            settings.time_limit)
+        except asyncio.TimeoutError:
+            raise RunTimeoutError(
+                f"{self.config.name}: not finished within the run's time limit "
+                f"({settings.time_limit:.0f} s left for asking; --time-limit); "
+                f"{len(self.pending)} questions unanswered"
+            ) from None
         finally:
             progress.finish()
 
@@ -151,7 +197,7 @@ class Evaluation:
                 name=self.config.name,
                 path=str(self.config.path),
                 sha256=self.config.sha256,
-                fields=dict(self.config.fields),
+                fields=stored_config_fields(self.config.fields, self.secrets),
             ),
             environment=self.environment,
             server=self.server,
@@ -172,7 +218,8 @@ class Evaluation:
 
 
 def make_client(config: EvalConfig, url: str, settings: RunSettings,
-                check_server: Callable[[], None] | None) -> CompletionsClient:
+                check_server: Callable[[], None] | None,
+                headers: Mapping[str, str] | None = None) -> CompletionsClient:
     return CompletionsClient(
         url,
         request_params(config),
@@ -180,4 +227,5 @@ def make_client(config: EvalConfig, url: str, settings: RunSettings,
         timeout=config.request_timeout_seconds,
         retry=RetryPolicy(retries=settings.retries),
         check_server=check_server,
+        headers=headers,
     )

@@ -18,11 +18,14 @@ from pathlib import Path
 
 import httpx
 
-from humming_matrix.errors import DataError
+from humming_matrix.atomic_files import replace_bytes
+from humming_matrix.errors import DataError, DownloadError
 
 ENV_DIR = "HUMMING_MATRIX_GSM8K_DIR"
 ENV_CACHE = "HUMMING_MATRIX_CACHE_DIR"
-SOURCE_URL = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data/{name}"
+ENV_URL = "HUMMING_MATRIX_GSM8K_URL"  # a mirror of the folder below (an offline cache server)
+SOURCE_BASE = "https://raw.githubusercontent.com/openai/grade-school-math/master/grade_school_math/data"
+SOURCE_URL = SOURCE_BASE + "/{name}"
 SHA256 = {
     "test.jsonl": "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
     "train.jsonl": "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
@@ -103,18 +106,17 @@ def data_file(name: str, fetch: Fetcher = _default_fetch, cache_dir: Path | None
     directory = cache_dir or default_cache_dir()
     path = directory / name
     if not path.is_file():
-        url = SOURCE_URL.format(name=name)
+        url = f"{os.environ.get(ENV_URL, SOURCE_BASE).rstrip('/')}/{name}"
         try:
             payload = fetch(url)
         except (httpx.HTTPError, OSError) as exc:
-            raise DataError(f"cannot download {url}: {exc}") from None
+            # The network failed us, not the data: an infrastructure failure (exit 3).
+            raise DownloadError(f"cannot download {url}: {exc}") from None
         digest = hashlib.sha256(payload).hexdigest()
         if digest != SHA256[name]:
             raise DataError(f"{url}: downloaded file has sha256 {digest}, expected {SHA256[name]}")
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
-        tmp.write_bytes(payload)
-        tmp.replace(path)
+        # A name of its own per writer: two runs downloading at once each move a whole file in.
+        replace_bytes(path, payload)
     _verify(path)
     return path
 

@@ -354,10 +354,18 @@ class Matrix:
             for named in map(_session_version, requested)
             if named is not None and self.covers(named[0])
         ]
-        for text in [*extra_versions, *asked]:
-            if not text.strip():
-                continue
-            default = self.cell_for(text.strip())
+        extra = [text.strip() for text in extra_versions if text.strip()]
+        for text in extra:
+            # Blame the variable that asked for it, not the matrix file.
+            try:
+                version = Version(text)
+            except InvalidVersion:
+                raise UsageError(f"${EXTRA_VERSIONS_ENV}: {text!r} is not a version") from None
+            if not self.covers(version):
+                raise UsageError(f"${EXTRA_VERSIONS_ENV}: {text}: no pairing's humming range "
+                                 f"in {self.path} covers it")
+        for text in [*extra, *asked]:
+            default = self.cell_for(text)
             pairing = next(p for p in self.pairings if p.covers(default.humming))
             variants = [
                 self._cell(pairing, default.humming, v, False, default.listed)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from humming_matrix import process_group
 from humming_matrix.config import EvalConfig
 from humming_matrix.server import ServerSpec, serve_command
 
@@ -92,23 +91,13 @@ def run_probe_process(argv: Sequence[str], stdin: str, timeout: float) -> ProbeO
     """A process group of its own, killed whole on timeout: torch and vLLM imports may start
     helpers that must not outlive the preflight."""
     with tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-            start_new_session=True,
-        )
-        try:
+        code: int | None = None
+        # No grace: whatever of the group is left once the probe answered (or timed out) goes.
+        with process_group.group(argv, grace=0.0, stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=err, text=True) as process, \
+                contextlib.suppress(subprocess.TimeoutExpired):
             process.communicate(stdin, timeout=timeout)
-            code: int | None = process.returncode
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            code = process.returncode
         err.seek(0)
         lines = [ln for ln in err.read().splitlines() if ln.strip()]
     return ProbeOutcome(code, " | ".join(lines[-3:]))

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from packaging.version import InvalidVersion, Version
 
+from humming_matrix.bisect_driver import judge_crash
 from humming_matrix.bisection import Verdict
 from humming_matrix.errors import InfrastructureError, RequirementsError, UsageError
 from humming_matrix.matrix import Cell, Matrix
@@ -210,6 +211,8 @@ def run_gate(
         judgement = judge_failed_start(new_probe, cells.new, neighbour)
         if judgement.verdict is Verdict.BAD:
             return old_probe, new_probe, judgement
+    if new_probe.status is ProbeStatus.CRASHED and old_probe.testable:
+        return old_probe, new_probe, judge_crash(new_probe)
     for label, probe, cell in (("old", old_probe, cells.old), ("new", new_probe, cells.new)):
         if not probe.testable:
             raise InfrastructureError(

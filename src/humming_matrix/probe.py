@@ -29,15 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
-from humming_matrix import environment
+from humming_matrix import environment, process_group
 from humming_matrix.config import EvalConfig
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.kernels.record import RECORD_NAME as KERNEL_RECORD_NAME
 from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.matrix import EXTRA_VERSIONS_ENV, Cell
-from humming_matrix.process_group import stop_group
 from humming_matrix.results import (
     Gsm8kRecord,
     RecordKind,
@@ -58,6 +57,9 @@ class ProbeStatus(str, Enum):
     # The session ran, and the server of a config never became ready: `records` holds the
     # records of that failed start. Bad or untestable depends on its neighbours (the judge).
     START_FAILED = "start_failed"
+    # The server became ready, served, and died with a CUDA error in its log (`server.crash` in
+    # the record, `records` holds it): evidence against the kernel, judged bad.
+    CRASHED = "crashed"
 
 
 class Tier(str, Enum):
@@ -147,8 +149,10 @@ class NoxRunner:
             argv += ["--envdir", str(self.envdir)]
         argv += ["--", *posargs]
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w", encoding="utf-8") as out, _process_group(
-            argv, env, out, self.noxfile.parent, self.grace
+        # Stopped whole also when nox itself is gone: a session's server may outlive it.
+        with log.open("w", encoding="utf-8") as out, process_group.group(
+            argv, grace=self.grace, env=env, cwd=self.noxfile.parent, stdout=out,
+            stderr=subprocess.STDOUT,
         ) as process:
             with self._lock:
                 self._active.add(process)
@@ -170,26 +174,6 @@ def default_nox_command() -> tuple[str, ...]:
     if found is None:
         raise UsageError("nox is not installed here (pip install nox)")
     return (found,)
-
-
-@contextlib.contextmanager
-def _process_group(
-    argv: Sequence[str], env: Mapping[str, str], out: IO[str], cwd: Path, grace: float
-) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(
-        list(argv),
-        env=dict(env),
-        cwd=cwd,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        yield process
-    finally:
-        # Also when nox itself is gone: a session's server may outlive it in the group.
-        stop_group(process, grace)
 
 
 def _reason_from(tail: str) -> str:
@@ -291,6 +275,23 @@ class Prober:
                 out.setdefault(config.name, path)
         return out
 
+    def _crashes(self, cell: Cell, before: set[Path]) -> dict[str, Path]:
+        """Records this session wrote of servers that crashed with a CUDA error, per config."""
+        out: dict[str, Path] = {}
+        configs = {c.name: c for c in self.suite.configs}
+        for path in sorted(set(self._record_paths(cell)) - before):
+            try:
+                record = load_gsm8k_record(path)
+            except RecordError:
+                continue
+            config = configs.get(record.config.name)
+            crash = record.server.get("crash")
+            if (config is not None and isinstance(crash, dict) and crash.get("cuda_error")
+                    and record.humming_version == str(cell.humming)
+                    and record.config.sha256 == config.sha256):
+                out.setdefault(config.name, path)
+        return out
+
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
         newest: tuple[str, Path] | None = None
         pattern = record_filename(RecordKind.KERNELS, KERNEL_RECORD_NAME, str(cell.humming), "*")
@@ -370,6 +371,14 @@ class Prober:
             return ProbeResult(
                 version, session, ProbeStatus.START_FAILED, failed, reason, log, duration
             )
+        crashed = self._crashes(cell, before) if found is None else {}
+        if crashed:
+            name, path = next(iter(crashed.items()))
+            crash = load_gsm8k_record(path).server.get("crash") or {}
+            reason = (f"the server of config {name} crashed while serving with a CUDA error: "
+                      f"{crash.get('reason', '')}")
+            return ProbeResult(version, session, ProbeStatus.CRASHED, crashed, reason, log,
+                               duration)
         if found is None:
             what = "a complete kernel record" if self.suite.tier is Tier.KERNELS else (
                 "a complete record of every config"

@@ -8,17 +8,19 @@ no file is ever written twice.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
+import shlex
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from humming_matrix.atomic_files import create_file
+from humming_matrix.atomic_files import create_file, replace_file
 from humming_matrix.errors import RecordError
 
 SCHEMA_VERSION = 1
@@ -32,12 +34,137 @@ class RecordKind(str, Enum):
     LM_EVAL = "lm-eval"
 
 
+# A config's `env` values are stored only for these, which judging and the preflight read (the
+# humming quantization knobs); every other value is replaced by REDACTED in what is stored.
+SAFE_CONFIG_ENV = frozenset({
+    "VLLM_HUMMING_INPUT_QUANT_CONFIG",
+    "VLLM_HUMMING_ONLINE_QUANT_CONFIG",
+    "VLLM_HUMMING_MOE_GEMM_TYPE",
+})
+# Server flags whose value is a credential, always.
+SECRET_FLAGS = ("--api-key",)
+# Values scrubbed from text (server logs, printed log tails). A value listed as secret, or given
+# to a secret flag, is scrubbed from this length on; any other redacted config env value from
+# SCRUB_MIN_UNLISTED on, so that "1" or "true" does not blank a log.
+SCRUB_MIN_LISTED = 4
+SCRUB_MIN_UNLISTED = 8
+
+
 def redact(env: Mapping[str, str]) -> dict[str, str]:
     """Values of variables whose names look like credentials never reach a record."""
     return {
         name: (REDACTED if any(m in name.upper() for m in SECRET_MARKERS) else value)
         for name, value in env.items()
     }
+
+
+def redact_config_env(env: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's `env` as stored: every value redacted unless known to be safe to keep."""
+    return {name: (value if name in SAFE_CONFIG_ENV else REDACTED) for name, value in env.items()}
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """What must be stored nowhere: the values of secret flags (`--api-key`, and flags listed as
+    secret), of a config's env (but the safe ones), and of variables listed as secret."""
+
+    flags: frozenset[str] = frozenset(SECRET_FLAGS)
+    names: frozenset[str] = frozenset()  # env variables whose values are secret
+    values: frozenset[str] = frozenset()  # the secret values themselves, scrubbed from text
+
+    @classmethod
+    def gather(cls, args: Sequence[str], env: Mapping[str, str],
+               listed: Iterable[str] = (), extra_values: Iterable[str] = ()) -> Secrets:
+        """`listed`: names a user declared secret, flags (`--token`) and variables alike."""
+        listed = tuple(listed)
+        flags = frozenset(SECRET_FLAGS) | {n for n in listed if n.startswith("-")}
+        names = {n for n in listed if not n.startswith("-")}
+        values = {v for v in extra_values if len(v) >= SCRUB_MIN_LISTED}
+        for i, arg in enumerate(args):
+            flag, eq, value = arg.partition("=")
+            if flag in flags and eq:
+                values.add(value)
+            elif arg in flags and i + 1 < len(args):
+                values.add(args[i + 1])
+        for name, value in env.items():
+            if name in names or (name not in SAFE_CONFIG_ENV and len(value) >= SCRUB_MIN_UNLISTED):
+                values.add(value)
+        values = {v for v in values if len(v) >= SCRUB_MIN_LISTED}
+        names |= {n for n in env if n not in SAFE_CONFIG_ENV}
+        return cls(frozenset(flags), frozenset(names), frozenset(values))
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        """`argv` with the value of every secret flag replaced."""
+        out: list[str] = []
+        hide_next = False
+        for arg in argv:
+            flag, eq, _ = arg.partition("=")
+            if hide_next:
+                out.append(REDACTED)
+                hide_next = False
+            elif flag in self.flags and eq:
+                out.append(f"{flag}={REDACTED}")
+            else:
+                out.append(self.text(arg))
+                hide_next = arg in self.flags
+        return out
+
+    def args_text(self, text: str) -> str:
+        """A shell-like argument string (a config's `server_args`) redacted as `argv` is."""
+        try:
+            return shlex.join(self.argv(shlex.split(text)))
+        except ValueError:
+            return REDACTED
+
+    def environment(self, env: Mapping[str, str]) -> dict[str, str]:
+        """An effective environment as stored: credentials by name, the secret variables, and
+        any variable holding a secret value, redacted."""
+        return {
+            name: (REDACTED if name in self.names or value in self.values else value)
+            for name, value in redact(env).items()
+        }
+
+    def text(self, text: str) -> str:
+        for value in sorted(self.values, key=len, reverse=True):
+            text = text.replace(value, REDACTED)
+        return text
+
+    def scrub_file(self, path: Path) -> None:
+        """Rewrite a text file (a server log) with every secret value replaced, in one step."""
+        try:
+            original = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return
+        scrubbed = self.text(original)
+        if scrubbed != original:
+            replace_file(path, lambda fh: fh.write(scrubbed))
+
+
+def stored_config_fields(fields: Mapping[str, Any], secrets: Secrets) -> dict[str, Any]:
+    """A config's fields as a record keeps them: env values and secret flags redacted (the
+    config's sha256, kept beside them, still pairs runs of the same file)."""
+    stored = dict(fields)
+    for key in ("env", "env_vars"):  # GSM8K configs say `env`, lm-eval configs `env_vars`
+        if isinstance(stored.get(key), Mapping):
+            stored[key] = redact_config_env(stored[key])
+    if isinstance(stored.get("server_args"), str):
+        stored["server_args"] = secrets.args_text(stored["server_args"])
+    return stored
+
+
+# What makes two runs of one config the same measurement: a record is resumed (and lm-eval's
+# answer cache reused) only by a run whose environment agrees on all of these.
+IDENTITY_KEYS = ("humming_kernels", "vllm", "vllm_distribution", "torch", "torch_cuda", "python",
+                 "gpu", "session", "packages")
+
+
+def environment_identity(env: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: env.get(key) for key in IDENTITY_KEYS}
+
+
+def identity_digest(env: Mapping[str, Any]) -> str:
+    text = json.dumps(environment_identity(env), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def new_run_id(now: datetime | None = None) -> str:

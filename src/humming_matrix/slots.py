@@ -36,9 +36,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from humming_matrix.atomic_files import replace_file
 from humming_matrix.errors import InfrastructureError, NoGPUError, UsageError
 
 SLOT_DIR_ENV = "HUMMING_MATRIX_SLOT_DIR"
+POOL_DIR_MODE = 0o1777
 DEVICES_ENV = "HUMMING_MATRIX_GPUS"
 CUDA_ENV = "CUDA_VISIBLE_DEVICES"
 DEFAULT_POLL_INTERVAL = 0.5
@@ -201,8 +203,16 @@ class SlotPool:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise _unusable(self.directory, exc) from None
-            with contextlib.suppress(PermissionError):
-                self.directory.chmod(0o777)
+            # Shared by every user's agents, like /tmp: anyone may add a file, only its owner
+            # may remove or replace it (the sticky bit). Set through a descriptor of the
+            # directory itself, never through a path a link could redirect.
+            with contextlib.suppress(OSError):
+                fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    if os.fstat(fd).st_uid == os.getuid():
+                        os.fchmod(fd, POOL_DIR_MODE)
+                finally:
+                    os.close(fd)
 
     def _try_take(self, count: int) -> list[tuple[str, int]]:
         """All `count` devices or none; the caller holds the pool lock."""
@@ -226,11 +236,10 @@ class SlotPool:
             "owner": owner,
             "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        path = self._owner_path(device)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh)
-        os.replace(tmp, path)
+        # The note is for people (`slots --status`); in the sticky pool another user's stale
+        # note cannot be replaced, and the lock, not the note, is what holds the device.
+        with contextlib.suppress(PermissionError):
+            replace_file(self._owner_path(device), lambda fh: json.dump(record, fh))
 
     def _read_owner(self, device: str) -> Holder:
         try:
@@ -333,7 +342,9 @@ def _unusable(directory: Path, exc: OSError) -> UsageError:
 
 def _open_lock_file(path: Path) -> int:
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        # O_NOFOLLOW: a link planted under the lock's name (the pool is shared) is refused, not
+        # followed to a file of the victim's.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise _unusable(path.parent, exc) from None
     # Agents of different users on one host must be able to open the same lock file; umask

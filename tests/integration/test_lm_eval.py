@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,9 +121,13 @@ def test_lm_eval_runs_against_the_server_and_the_record_agrees_with_it(tmp_path:
 
     seen = json.loads(state.read_text())
     port = seen["argv"][seen["argv"].index("--port") + 1]
+    # The launch's identity: lm-eval got it too (the stand-in answers nothing without it).
+    key = seen["argv"][seen["argv"].index("--api-key") + 1]
     assert seen["argv"] == ["serve", "org/Model-FP8", "--tensor-parallel-size", "1",
-                            "--max-model-len", "4096", "--enforce-eager", "--trust-remote-code",
-                            "--disable-uvicorn-access-log", "--port", port, "--seed", "0"]
+                            "--max-model-len", "4096", "--enforce-eager", "--api-key", key,
+                            "--trust-remote-code", "--disable-uvicorn-access-log",
+                            "--port", port, "--seed", "0"]
+    assert record.server["command"][record.server["command"].index("--api-key") + 1] == "***"
     assert not alive(seen["pid"])
 
 
@@ -202,8 +207,9 @@ def test_a_chat_template_config_runs_through_the_chat_endpoint(tmp_path: Path) -
     # Five shots as five user/assistant pairs before the question: eleven messages.
     assert {(r["shots"], r["turns"]) for r in requests} == {(5, 11)}
     seen = json.loads(state.read_text())
-    assert seen["argv"][2:9] == ["--tensor-parallel-size", "1", "--max-model-len", "262144",
-                                 "--kv-cache-dtype", "fp8", "--trust-remote-code"]
+    assert seen["argv"][2:8] == ["--tensor-parallel-size", "1", "--max-model-len", "262144",
+                                 "--kv-cache-dtype", "fp8"]
+    assert seen["argv"][8:11] == ["--api-key", seen["argv"][9], "--trust-remote-code"]
     assert seen["env"] == {"VLLM_USE_FLASHINFER_MOE_FP8": "1"}
 
 
@@ -278,7 +284,9 @@ def test_a_failed_run_keeps_its_answers_and_resume_asks_only_the_rest(tmp_path: 
     assert "the answers so far are kept in" in failed.stderr
     assert "finish with --resume" in failed.stderr
     [cache] = (store / ".lm-eval-cache").iterdir()
-    assert cache.name == f"Model-FP8-{sha256_of(config)[:12]}-unknown_rank0.db"
+    # config, humming version, and a digest of the environment's identity
+    assert re.fullmatch(rf"Model-FP8-{sha256_of(config)[:12]}-unknown-[0-9a-f]{{12}}_rank0\.db",
+                        cache.name)
 
     resumed = cli("lm-eval", "--config", config, "--results", store, "--resume",
                   env=policy(lm_eval_log=str(second)))

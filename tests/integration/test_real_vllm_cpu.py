@@ -475,7 +475,8 @@ def served(side_by_side: SideBySide, tmp_path_factory: pytest.TempPathFactory) -
         str(MODEL), (*config.server_args, "--served-model-name", config.model_name),
         config.env, STARTUP_SECONDS)
     log = tmp_path_factory.mktemp("served") / "server.log"
-    with server.launch(spec, log, base_env=_venv_environ()) as running, \
+    # identity=False: `run --endpoint` (through the proxy) carries no launch key.
+    with server.launch(spec, log, base_env=_venv_environ(), identity=False) as running, \
             RecordingProxy(running.url) as proxy:
         yield Served(proxy, proxy.url)
 

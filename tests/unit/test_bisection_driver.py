@@ -31,6 +31,7 @@ from humming_matrix.server import StartupReport
 from humming_matrix.server_log import StartupPhase
 
 N = 60
+CUDA_CRASH = "AcceleratorError: CUDA error: an illegal memory access was encountered"
 VERSIONS = ("0.1.2", "0.1.3", "0.1.4", "0.1.5", "0.1.6", "0.1.7", "0.1.8")
 TEST_MATRIX = """\
 [matrix]
@@ -68,8 +69,10 @@ class SessionDouble:
         uninstallable: frozenset[str] = frozenset(),
         interrupt_at: int | None = None,
         start_fails: Mapping[str, StartupPhase] | None = None,
+        crashes: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
+        self.crashes = crashes
         self.start_fails = dict(start_fails or {})
         self.bad_from = bad_from
         self.wrong = frozenset(wrong)
@@ -101,6 +104,11 @@ class SessionDouble:
             write_record(store, self._failed_start(version, session, limit))
             log.write_text(f"nox > Session {session} failed.\n")
             return 1
+        if version in self.crashes:
+            write_record(store, self._crashed(version, session, limit))
+            log.write_text("humming-matrix: error: vllm serve exited with code 1 while serving\n"
+                           f"nox > Session {session} failed.\n")
+            return 3
         bad = self.bad_from is not None and Version(version) >= Version(self.bad_from)
         questions = tuple(
             QuestionOutcome(i, not (bad and i in self.wrong), i, i) for i in range(limit)
@@ -139,6 +147,22 @@ class SessionDouble:
             questions=tuple(QuestionOutcome(i, False, None, i, NOT_STARTED)
                             for i in range(limit)),
             startup=report.to_json(),
+        )
+
+    def _crashed(self, version: str, session: str, limit: int) -> Gsm8kRecord:
+        """What `run` leaves when the server served 10 answers, then died in CUDA."""
+        questions = tuple(QuestionOutcome(i, True, i, i) if i < 10 else
+                          QuestionOutcome(i, False, None, i, "not asked: the run stopped first")
+                          for i in range(limit))
+        return Gsm8kRecord(
+            run_id=new_run_id(),
+            created=utc_now_iso(),
+            complete=False,
+            config=ConfigInfo(self.config.name, str(self.config.path), self.config.sha256, {}),
+            environment={"humming_kernels": version, "session": session, "gpu": None},
+            metrics=Metrics(10 / limit, 0.0, limit - 10, limit, 0.5, 0.08, False, 1.0),
+            questions=questions,
+            server={"crash": {"cuda_error": True, "reason": CUDA_CRASH}},
         )
 
     def stop_all(self) -> None:
@@ -422,3 +446,22 @@ def test_a_failed_start_with_no_started_neighbour_in_its_environment_is_untestab
         "a bad release from a bad machine)"
     )
     assert result.outcome.conclusion is Conclusion.UNVERIFIED
+
+
+def test_a_release_whose_server_crashes_in_cuda_while_serving_is_bad(
+    tmp_path: Path, matrix: Matrix, config: EvalConfig
+) -> None:
+    """Unlike a server that never started, one that served and then died with a CUDA error is
+    evidence against the kernel (docs/reliability.md)."""
+    session = SessionDouble(config, bad_from=None, wrong=(),
+                            crashes=frozenset({"0.1.6", "0.1.7", "0.1.8"}))
+    result, said = bisect(tmp_path, matrix, config, session)
+    assert result.outcome.conclusion is Conclusion.FOUND
+    assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.5", "0.1.6")
+    entry = result.entries["0.1.6"]
+    assert (entry.status, entry.verdict) == (ProbeStatus.CRASHED, Verdict.BAD)
+    [path] = (tmp_path / "store").glob("gsm8k__double__0.1.6__*.json")
+    assert entry.reason == (
+        f"the server of config double crashed while serving with a CUDA error: {CUDA_CRASH}")
+    assert entry.evidence == {"double": {"record": str(path)}}
+    assert f"bisect: 0.1.6: bad (server crashed) - {entry.reason}" in said

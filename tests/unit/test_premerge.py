@@ -209,3 +209,46 @@ def test_a_new_pin_that_dies_before_loading_weights_is_infrastructure(
         "the new pin humming-kernels==0.1.5 could not be tested: the server of config cfg never "
         "became ready: ..."
     )
+
+
+class CrashingProberDouble:
+    """TEST DOUBLE of the prober: the old pin's probe ran; the new pin's server served one
+    answer and died with a CUDA error, leaving the partial record `run` writes."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+
+    def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]:
+        old, new = cells
+        config = ConfigInfo("cfg", "/c/cfg.yaml", "ab" * 32, {})
+        started = write_record(self.store, Gsm8kRecord(
+            new_run_id(), utc_now_iso(), True, config, {"humming_kernels": str(old.humming)},
+            Metrics(1.0, 0.0, 0, 2, 0.5, 0.08, True, 1.0),
+            (QuestionOutcome(0, True, 1, 1), QuestionOutcome(1, True, 2, 2)),
+        ))
+        crashed = write_record(self.store, Gsm8kRecord(
+            new_run_id(), utc_now_iso(), False, config, {"humming_kernels": str(new.humming)},
+            Metrics(0.5, 0.0, 1, 2, 0.5, 0.08, False, 1.0),
+            (QuestionOutcome(0, True, 1, 1),
+             QuestionOutcome(1, False, None, 2, "not asked: the run stopped first")),
+            server={"crash": {"cuda_error": True, "reason": "AcceleratorError: CUDA error"}},
+        ))
+        return [
+            ProbeResult(str(old.humming), old.session, ProbeStatus.RAN, {"cfg": started}),
+            ProbeResult(str(new.humming), new.session, ProbeStatus.CRASHED, {"cfg": crashed},
+                        "the server of config cfg crashed while serving with a CUDA error: "
+                        "AcceleratorError: CUDA error"),
+        ]
+
+
+def test_a_new_pin_whose_server_crashes_in_cuda_is_a_regression(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    old = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.6\n")
+    new = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.5\n")
+    cells = cells_for(matrix, old, new, None, "cuda.txt")
+    _, new_probe, judgement = run_gate(cells, CrashingProberDouble(tmp_path), PairedJudge())
+    assert judgement.verdict is Verdict.BAD
+    assert judgement.summary == ("the server of config cfg crashed while serving with a CUDA "
+                                 "error: AcceleratorError: CUDA error")
+    assert judgement.evidence == {"cfg": {"record": str(new_probe.records["cfg"])}}

@@ -14,10 +14,12 @@ from humming_matrix.results import (
     Metrics,
     QuestionOutcome,
     RecordKind,
+    Secrets,
     iter_gsm8k_records,
     load_gsm8k_record,
     record_paths,
     redact,
+    stored_config_fields,
     write_json_atomic,
     write_record,
 )
@@ -119,3 +121,37 @@ def test_redact_hides_credentials_only() -> None:
     assert redact(env) == {"HF_TOKEN": "***", "OPENAI_API_KEY": "***", "my_secret_path": "***",
                            "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype":"float8e4m3"}',
                            "KEYBOARD": "***"}
+
+
+def test_secrets_hide_flag_values_in_both_spellings_and_listed_ones() -> None:
+    secrets = Secrets.gather(
+        ["--api-key", "sk-one-two", "--hf-token=hf_listed_9", "--max-model-len", "4096"],
+        {"VLLM_USE_V1": "1", "DB_URL": "postgres://u:pw@db/x", "MY_VAR": "plainvalue",
+         "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype": "float8e4m3"}'},
+        listed=["--hf-token", "MY_VAR"], extra_values=["launch-key-abcdef"],
+    )
+    assert secrets.argv(["vllm", "serve", "m", "--api-key", "sk-one-two", "--hf-token=hf_listed_9",
+                         "--max-model-len", "4096", "--api-key=launch-key-abcdef"]) == [
+        "vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "--max-model-len", "4096",
+        "--api-key=***"]
+    # Every config env value is a secret (but the humming knobs); short ones are not scrubbed
+    # from text, so "1" does not blank a log.
+    assert secrets.text("args: sk-one-two hf_listed_9 postgres://u:pw@db/x plainvalue 1") == (
+        "args: *** *** *** *** 1")
+    assert secrets.environment({"VLLM_USE_V1": "1", "PATH": "/bin", "HF_HOME": "/h",
+                                "COPY": "postgres://u:pw@db/x", "OPENAI_API_KEY": "x",
+                                "VLLM_HUMMING_INPUT_QUANT_CONFIG": "{}"}) == {
+        "VLLM_USE_V1": "***", "PATH": "/bin", "HF_HOME": "/h", "COPY": "***",
+        "OPENAI_API_KEY": "***", "VLLM_HUMMING_INPUT_QUANT_CONFIG": "{}"}
+
+
+def test_stored_config_fields_keep_the_humming_knobs_only() -> None:
+    env = {"HF_TOKEN": "x", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"}
+    fields: dict[str, object] = {
+        "model_name": "m", "server_args": "--api-key 'a b c d' --enforce-eager", "env": env,
+        "env_vars": {"ANY": "y"}}
+    stored = stored_config_fields(fields, Secrets.gather(["--api-key", "a b c d"], {}))
+    assert stored == {"model_name": "m", "server_args": "--api-key '***' --enforce-eager",
+                      "env": {"HF_TOKEN": "***", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"},
+                      "env_vars": {"ANY": "***"}}
+    assert env["HF_TOKEN"] == "x"  # the config itself is untouched

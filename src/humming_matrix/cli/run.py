@@ -45,6 +45,14 @@ def register(sub: Any) -> None:
     p.add_argument("--max-errors", type=int, default=0, metavar="N",
                    help="request errors tolerated per config before the run counts as an "
                    "infrastructure failure (default 0)")
+    p.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="wall-clock limit of each config's run, start-up included; a run that "
+                   "reaches it saves its partial record and exits 3 (default: the config's "
+                   "startup_max_wait_seconds + 600 + 2 per question)")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME",
+                   help="a server flag (written --secret=--hf-token) or environment variable "
+                   "whose value is a credential: stored nowhere (besides --api-key and the "
+                   "config's env, which are always redacted); repeatable")
     p.set_defaults(handler=main)
 
 
@@ -55,11 +63,14 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--limit must be at least 1")
     if args.retries < 0 or args.max_errors < 0:
         raise UsageError("--retries and --max-errors must not be negative")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise UsageError("--time-limit must be positive")
     configs = load_configs(args.config, args.config_list)
     progress = Progress()
     code = ExitCode.OK
     options = RunOptions(results=args.results, endpoint=args.endpoint, limit=args.limit,
-                         resume=args.resume, retries=args.retries, max_errors=args.max_errors)
+                         resume=args.resume, retries=args.retries, max_errors=args.max_errors,
+                         time_limit=args.time_limit, secrets=tuple(args.secret))
     with terminate_unwinds():
         for config in configs:
             try:

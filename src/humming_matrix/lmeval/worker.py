@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from humming_matrix.atomic_files import replace_file
 
 EXIT_UNKNOWN_TASK = 2
 
@@ -76,11 +76,9 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     request_path, output_path = Path(argv[0]), Path(argv[1])
     output = run(json.loads(request_path.read_text(encoding="utf-8")))
-    fd, tmp = tempfile.mkstemp(dir=output_path.parent, suffix=".part")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        # numpy scalars and the like: lm-eval's own output writer stringifies them too.
-        json.dump(output, fh, default=lambda o: o.item() if hasattr(o, "item") else str(o))
-    os.replace(tmp, output_path)
+    # numpy scalars and the like: lm-eval's own output writer stringifies them too.
+    replace_file(output_path, lambda fh: json.dump(
+        output, fh, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
     return 0
 
 
