@@ -34,7 +34,7 @@ from humming_matrix.results import RecordKind, record_paths
 # Worst first: the order rows and a case's batch sizes are ranked in.
 VERDICT_ORDER = (
     Verdict.NEWLY_BROKEN,
-    Verdict.REGRESSED,
+    Verdict.WORSE,
     Verdict.MISSING,
     Verdict.INCOMPARABLE,
     Verdict.STILL_BROKEN,

@@ -92,7 +92,7 @@ def test_an_error_increase_beyond_spread_and_floor_is_a_regression() -> None:
     cand = _record("0.1.6", {"a": [_batch(rel=(6e-3, 6.2e-3, 5.8e-3))]})
     cmp = compare_kernel_records([base], [cand])
     (v,) = cmp.verdicts
-    assert v.verdict is Verdict.REGRESSED
+    assert v.verdict is Verdict.WORSE
     assert v.delta_rel_err == pytest.approx(4e-3)
     # noise: 3 x sqrt(sem_b^2 + sem_c^2) with sd 2e-4 per side of 3 draws -> 4.9e-4 < floor
     assert v.noise_rel_err == pytest.approx(1.6e-3)
@@ -119,7 +119,7 @@ def test_a_worse_worst_channel_within_tolerance_is_changed_not_a_regression() ->
     assert cmp.exit_code == 0
     beyond = _record("0.1.7", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]})  # > 64 x floor
     (w,) = compare_kernel_records([base], [beyond]).verdicts
-    assert w.verdict is Verdict.REGRESSED
+    assert w.verdict is Verdict.WORSE
     assert w.note == "out of tolerance; the baseline was within it"
 
 
@@ -210,7 +210,7 @@ def test_compare_reads_record_files_and_writes_json(tmp_path: Path) -> None:
     data = json.loads(json.dumps(cmp.to_json()))
     assert data["regression"] is True
     assert data["exit_code"] == 1
-    assert data["verdicts"][0]["verdict"] == "regressed"
+    assert data["verdicts"][0]["verdict"] == "worse"
     assert data["verdicts"][0]["candidate"]["state"] == "fail"
 
 
@@ -236,7 +236,7 @@ def test_an_erratic_out_of_tolerance_candidate_cannot_hide_behind_its_spread() -
     assert v.noise_rel_err is not None
     assert v.delta_rel_err is not None
     assert v.noise_rel_err > v.delta_rel_err
-    assert v.verdict is Verdict.REGRESSED
+    assert v.verdict is Verdict.WORSE
     assert v.note == "out of tolerance; the baseline was within it"
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from humming_matrix.kernels.cases import SUITE, GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.inputs import Mxfp4Weights, digest, make_weights
 from humming_matrix.kernels.probe import Events, _work, describe, load_weights
 

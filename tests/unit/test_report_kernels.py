@@ -127,7 +127,7 @@ def test_verdicts_are_the_kernel_judges(report: StoreReport) -> None:
     assert [(v.m, v.verdict) for v in row.verdicts] == [
         (64, Verdict.NEWLY_BROKEN),
         (2048, Verdict.NEWLY_BROKEN),
-        (1, Verdict.REGRESSED),
+        (1, Verdict.WORSE),
     ]
     assert row.line() == (
         "mxfp4-bf16-qkv-gpt-oss-20b on humming-kernels 0.1.8 vs 0.1.0: newly-broken: "

@@ -32,6 +32,7 @@ from humming_matrix.kernels.cases import (
     select_cases,
 )
 from humming_matrix.kernels.judge import CaseState
+from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.record import (
     Settings,
     build_record,
@@ -112,7 +113,7 @@ def handle(
     gpu_check: Callable[[], str | None] = gpu_problem,
     worker: Sequence[str] = DEFAULT_WORKER,
 ) -> int:
-    cases = select_cases(args.cases)
+    cases = select_cases(args.cases, SUITE)
     sizes = parse_batch_sizes(args.batch_sizes)
     if args.repeats < 1 or args.draws < 1 or args.timeout <= 0:
         raise UsageError("--repeats and --draws must be >= 1 and --timeout > 0")
