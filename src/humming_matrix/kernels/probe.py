@@ -29,12 +29,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from humming_matrix.kernels.assess import (
-    ACCUMULATION_SIGMAS,
-    ACCUMULATION_UNIT,
-    BF16_UNIT,
-    OUTPUT_ROUNDINGS,
-)
+from humming_matrix.kernels.assess import BOUND, channel_bound
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
@@ -70,28 +65,26 @@ def quantize_input(case: KernelCase, x: np.ndarray[Any, Any]) -> np.ndarray[Any,
 
 
 def bound_units(
-    out: Any, ref: Any, abs_ref: Any, k: int, activation: str, topk_ids: Any
+    out: Any, ref: Any, natural: Any, abs_ref: Any, k: int, topk_ids: Any
 ) -> dict[str, Any]:
-    """Errors in units of the rounding-and-accumulation bound (see `assess`): the whole output,
-    the worst channel, and for MoE the worst (expert, channel) pair."""
+    """Errors in units of the rounding bound (`assess.channel_bound`): the whole output, the
+    worst channel, and for MoE the worst (expert, channel) pair. `natural` is x^2 @ w^2^T and
+    `abs_ref` |x| @ |w|^T, row for row with `ref`."""
     import torch
 
-    unit = ACCUMULATION_UNIT.get(activation, 2.0**-24)
-    a = OUTPUT_ROUNDINGS * BF16_UNIT
-    b = ACCUMULATION_SIGMAS * math.sqrt(k) * unit
     diff = out.double() - ref.double()
     diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
-    d2, r2, q2 = diff * diff, ref.double() ** 2, abs_ref.double() ** 2
+    d2, r2, n2, q2 = diff * diff, ref.double() ** 2, natural.double(), abs_ref.double() ** 2
 
-    def ratio(dd: Any, rr: Any, qq: Any) -> Any:
-        bound = a * torch.sqrt(rr) + b * torch.sqrt(qq)
+    def ratio(dd: Any, rr: Any, nn: Any, qq: Any) -> Any:
+        bound = channel_bound(torch.sqrt(rr), torch.sqrt(nn), torch.sqrt(qq), k)
         err = torch.sqrt(dd)
-        return torch.where(bound > 0, err / bound.clamp_min(1e-300),
-                           torch.where(err > 0, math.inf, 0.0))
+        safe = torch.where(bound > 0, bound, torch.ones_like(bound))
+        return torch.where(bound > 0, err / safe, torch.where(err > 0, math.inf, 0.0))
 
     result: dict[str, Any] = {
-        "err_units": float(ratio(d2.sum(), r2.sum(), q2.sum())),
-        "worst_channel_units": float(ratio(d2.sum(0), r2.sum(0), q2.sum(0)).max()),
+        "err_units": float(ratio(d2.sum(), r2.sum(), n2.sum(), q2.sum())),
+        "worst_channel_units": float(ratio(d2.sum(0), r2.sum(0), n2.sum(0), q2.sum(0)).max()),
     }
     if topk_ids is not None:
         ids = torch.from_numpy(topk_ids.reshape(-1)).to(out.device).long()
@@ -101,7 +94,7 @@ def bound_units(
             zeros = torch.zeros((e, t.shape[1]), dtype=t.dtype, device=t.device)
             return zeros.index_add_(0, ids, t)
 
-        units = ratio(per_expert(d2), per_expert(r2), per_expert(q2))
+        units = ratio(per_expert(d2), per_expert(r2), per_expert(n2), per_expert(q2))
         flat = int(torch.argmax(units))
         result["worst_expert_units"] = float(units.reshape(-1)[flat])
         result["worst_expert"] = flat // units.shape[1]
@@ -319,9 +312,9 @@ def run_batch(
                 xr = torch.from_numpy(x_ref).to(device)
                 ref = _reference_on_gpu(xr, w_ref, topk_ids)
                 abs_ref = _reference_on_gpu(xr.abs(), w_ref.abs(), topk_ids)
-                units = bound_units(out.float(), ref, abs_ref, case.shape_k,
-                                    case.activation.value, topk_ids)
-                del abs_ref
+                natural = _reference_on_gpu(xr * xr, w_ref * w_ref, topk_ids)
+                units = bound_units(out.float(), ref, natural, abs_ref, case.shape_k, topk_ids)
+                del abs_ref, natural
                 ref_np = ref.cpu().numpy()
                 del ref
                 plain_np = None
@@ -350,6 +343,7 @@ def run_batch(
                 batch["quant_err"].append(measure(ref_np, plain_np).rel_err)
             if draw:
                 continue
+            batch["bound"] = BOUND
             batch["worst_row"] = metrics.worst_row
             batch["floor"] = metrics.floor
             batch["sha256"] = metrics.sha256
