@@ -145,11 +145,11 @@ def make_weights(case: KernelCase, seed: int) -> Weights:
         exps = _wide(rng, (experts, n, k // g), -30, 10).astype(np.float64)
     else:
         exps = _row_exponents(case, rng, base=-10)[:, :, None].astype(np.float64)
-    scales = bf16_round((mantissa * np.exp2(exps)).astype(np.float32))
-    codes = codes.astype(np.uint8)
+    group_scales = bf16_round((mantissa * np.exp2(exps)).astype(np.float32))
+    gptq_codes = codes.astype(np.uint8)
     if case.kind is GemmKind.DENSE:
-        codes, scales = codes[0], scales[0]
-    return GptqWeights(codes=codes, scales=scales)
+        gptq_codes, group_scales = gptq_codes[0], group_scales[0]
+    return GptqWeights(codes=gptq_codes, scales=group_scales)
 
 
 def make_activations(m: int, k: int, seed: int) -> F32:

@@ -276,7 +276,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     {"states": [], "rel": [], "worst": [], "floor": [], "med": [], "spread": [],
                      "inputs": set(), "outputs": set(), "reason": None, "config": None},
                 )
-                b_state = CaseState(batch.get("state") or assess_batch(batch).value)
+                # Re-judged by this judge, whatever state the record was written with.
+                b_state = assess_batch(batch)
                 slot["states"].append(b_state)
                 if batch.get("error"):
                     slot["reason"] = batch["error"]
