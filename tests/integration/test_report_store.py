@@ -36,7 +36,7 @@ from .test_compare_lm_eval import BASELINE, CANDIDATE, STRICT_FLIPS
 from .test_compare_runs import WRONG_BEFORE_0_1_10, WRONG_FROM_0_1_10, build_run_store, run_env
 from .test_lm_eval import FLEXIBLE, STRICT, write_config
 
-H200 = Path(__file__).resolve().parents[2] / "results" / "h200"
+H200 = Path(__file__).resolve().parents[2] / "results" / "h200" / "gen1"
 KERNEL_VERSIONS = ("0.1.0", "0.1.8", "0.1.12")
 
 CHROMIUM_FLAGS = [

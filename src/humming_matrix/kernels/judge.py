@@ -103,6 +103,7 @@ class Side:
     input_sha256: frozenset[str] = frozenset()
     reason: str | None = None
     output_sha256: frozenset[str] = frozenset()  # draw 0's output bytes, per run
+    deterministic: bool = True  # every relaunch of every run bit-identical
     kernel_config: str | None = None  # what the release picked (tile, stages), when recorded
 
     @property
@@ -274,7 +275,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                 slot = acc.setdefault(
                     key,
                     {"states": [], "rel": [], "worst": [], "floor": [], "med": [], "spread": [],
-                     "inputs": set(), "outputs": set(), "reason": None, "config": None},
+                     "inputs": set(), "outputs": set(), "reason": None, "config": None,
+                     "deterministic": True},
                 )
                 # Re-judged by this judge, whatever state the record was written with.
                 b_state = assess_batch(batch)
@@ -294,6 +296,9 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     slot["inputs"].add(str(batch["input_sha256"]))
                 if batch.get("sha256") and b_state.produced_numbers:
                     slot["outputs"].add(str(batch["sha256"]))
+                same = batch.get("deterministic", True)
+                if same is False or (isinstance(same, list) and not all(same)):
+                    slot["deterministic"] = False
                 if batch.get("kernel_config") is not None:
                     slot["config"] = json.dumps(batch["kernel_config"], sort_keys=True)
     pooled: dict[tuple[str, int | None], Side] = {}
@@ -310,6 +315,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             reason=slot.get("reason"),
             output_sha256=frozenset(slot.get("outputs", ())),
             kernel_config=slot.get("config"),
+            deterministic=bool(slot.get("deterministic", True)),
         )
     return pooled
 
@@ -335,7 +341,8 @@ def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float, str]:
     direction = "away from" if delta > 0 else "toward"
     size = (f"rel. error {delta:+.2g} ({direction} the reference), "
             f"worst channel {worst_delta:+.2g}")
-    if b.output_sha256 and c.output_sha256:
+    # Output bytes say something only where relaunches are bit-identical on both sides.
+    if b.output_sha256 and c.output_sha256 and b.deterministic and c.deterministic:
         if b.output_sha256 & c.output_sha256:
             return Verdict.SAME, delta, bound, ""
         return Verdict.CHANGED, delta, bound, f"output bytes differ: {size}"
