@@ -15,6 +15,7 @@ from humming_matrix.kernels.models import (
     ARCHITECTURES,
     CHECKPOINTS,
     SUITE,
+    UNMODELLED,
     USES,
     derive_uses,
     listed_configs,
@@ -48,6 +49,7 @@ def test_uses_are_derived_from_the_mirrored_lists() -> None:
     uses, skipped = derive_uses(MIRROR)
     assert uses == USES
     # The one listed config with an activation format the reference does not model.
+    assert skipped == UNMODELLED
     assert [(s.config, s.reason) for s in skipped] == [(
         "Qwen3-30B-A3B-online-int4-w4a4-hadamard-humming.yaml",
         "activation {'dtype': 'int4'} has no modelled quantizer",
@@ -66,7 +68,8 @@ def test_suite_is_deduplicated_layers_of_the_built_schemes() -> None:
     assert (down.kind, down.num_experts, down.top_k, down.layer) == (GemmKind.MOE, 128, 8, "down")
     # Every config not turned into a case says why.
     reasons = {s.reason for s in skipped}
-    assert "qwen3-30b-a3b: weight scheme awq-int4 has no checkpoint writer in the adapter" in reasons
+    awq = "qwen3-30b-a3b: weight scheme awq-int4 has no checkpoint writer in the adapter"
+    assert awq in reasons
     assert any(r.startswith("qwen3.5-4b: layer shapes not verified") for r in reasons)
 
 
@@ -96,7 +99,7 @@ def test_refresh_mirrors_removes_stale_and_refuses_a_dangling_entry(tmp_path: Pa
                                f"{vllm}/tests/evals/gsm8k/configs/humming lacks\n")
 
 
-@pytest.mark.parametrize("server_args, kinds", [
+@pytest.mark.parametrize(("server_args", "kinds"), [
     ("--moe-backend humming", [GemmKind.MOE]),
     ("--linear-backend humming", [GemmKind.DENSE]),
     ("--quantization humming", [GemmKind.MOE, GemmKind.DENSE]),
@@ -110,3 +113,16 @@ def test_backends_pick_the_layers(tmp_path: Path, server_args: str,
     uses, _ = derive_uses(tmp_path)
     assert [(u.arch, u.scheme, u.activation, u.kind) for u in uses] == sorted(
         [("gpt-oss-20b", "mxfp4", "int8", k) for k in kinds], key=lambda t: t[3].value)
+
+
+def test_list_prints_the_cases_and_what_no_case_covers(capsys: pytest.CaptureFixture[str]) -> None:
+    from humming_matrix.cli import main
+
+    assert main(["kernels", "--list", "--cases", "qkv-mxfp4-*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["qkv-mxfp4-bf16-5120x2048\tqwen3-30b-a3b\tqkv",
+                         "qkv-mxfp4-fp8-e4m3-5120x2048\tqwen3-30b-a3b\tqkv"]
+    assert lines[2] == ("not covered: Qwen3-30B-A3B-online-int4-w4a4-hadamard-humming.yaml: "
+                        "activation {'dtype': 'int4'} has no modelled quantizer")
+    assert len(lines) == 2 + 1 + len(suite_from(USES)[1])
+    assert len(set(lines)) == len(lines)
