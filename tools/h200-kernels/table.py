@@ -95,6 +95,9 @@ def main(argv: list[str]) -> int:
                 out.append(f"| {version} | {where} | {_cell(by_name.get(name))} |")
         out.append("")
     out += ["## 2. Release to release (each against the previous release that ran the case)", "",
+            "Only verdicts other than `same`. Where the two releases come from different calls, "
+            "one side may be judged by the floor rule (calls 1, 2) and the other by the bound "
+            "(call 3).", "",
             "| case | batch | from | to | verdict | time | note |",
             "| --- | ---: | --- | --- | --- | --- | --- |"]
     last: dict[str, str] = {}
