@@ -1,25 +1,22 @@
-"""Judging kernel results: one run's states, and a candidate's verdicts against a baseline.
+"""Judging kernel results: a candidate's verdicts against a baseline (one run's states are
+`kernels.assess`; re-exported here).
 
-One run (`assess_case`). A batch is `nonfinite` if any output is NaN or Inf, `fail` if its mean
-relative error exceeds REL_TOLERANCE x its floor (the error of the float32 reference rounded to
-bf16, which no bf16-output kernel can beat) or its worst channel exceeds WORST_ROW_TOLERANCE x the
-floor, `error` if the call raised. A case takes its worst batch's state, or is `unsupported`,
-`error`, `hang` or `crash` as a whole.
-
-Two sets of runs (`compare_kernel_records`). Per case and batch size:
+Two sets of runs (`compare_kernel_records`), every batch re-assessed by the current tolerance.
+Per case and batch size, on identical input bytes (else `incomparable`):
 
 * `newly-broken`: the baseline produced finite numbers and the candidate does not (NaN, Inf,
-  hang, crash, error, build failure or unsupported);
-* `regressed` also when the candidate is out of the run tolerance (`fail`) and the baseline was
-  not, however erratic the candidate's draws (a race makes them so);
-* `regressed` / `improved`: the mean relative error moved by more than the noise, where noise =
-  3 x the standard error of the difference of means over the input draws (each run draws `draws`
-  independent activation sets, and several records per side pool their draws), and by more than
-  the case's bf16 floor; so a change is flagged only if it is larger than what redrawing the
-  inputs moves and larger than the output format's own rounding;
-* `changed`: only the worst channel got worse by that much, and it is still within the run
-  tolerance (WORST_ROW_TOLERANCE x floor); reported, never failing: a retiled kernel moves single
-  channels without making the layer worse (worse than tolerance is `regressed`, below);
+  hang, crash, error, build failure or unsupported); `still-broken` when neither did;
+* `worse`: the mean relative error rose by more than the noise, where noise = 3 x the standard
+  error of the difference of means over the input draws (several records per side pool their
+  draws), and by more than the case's bf16 floor; also when the candidate is out of tolerance or
+  not bit-identical on relaunch and the baseline was neither, however erratic its draws;
+  `improved` the other way;
+* `fixed`: out of tolerance (or nondeterministic, or broken) before, within tolerance now;
+* `same` / `changed`: where both sides are bit-identical on relaunch, identical output bytes are
+  `same` and different ones `changed`, with the size of the change and whether it moved toward
+  or away from the reference; without usable hashes, a worst channel that moved beyond noise
+  and floor is `changed`. Never failing: a retiled kernel changes bytes, not quality;
+* a changed kernel configuration (the MoE GEMM's tuning: block shape, stages) is named;
 * timing: `slower` / `faster` when |ln(ratio of medians)| exceeds 3 x the combined relative
   spread (1.4826 x MAD / median of each side's samples, and the spread of per-run medians when
   a side has several runs). A `slower` fails a gate (`fail_on_slowdown`) only when both sides
