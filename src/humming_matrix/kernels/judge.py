@@ -275,8 +275,11 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                      "inputs": set(), "outputs": set(), "reason": None, "config": None,
                      "deterministic": True},
                 )
-                # Re-judged by this judge, whatever state the record was written with.
-                b_state = assess_batch(batch)
+                # Batches with numbers are re-judged by the current tolerance, whatever state the
+                # record was written with; a state the numbers cannot show (crash, hang) stays.
+                stored = batch.get("state")
+                b_state = (assess_batch(batch) if batch.get("rel_err") or not stored
+                           else CaseState(stored))
                 slot["states"].append(b_state)
                 if batch.get("error"):
                     slot["reason"] = batch["error"]
