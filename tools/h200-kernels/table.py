@@ -27,12 +27,15 @@ from typing import Any
 
 from packaging.version import Version
 
-from humming_matrix.kernels.assess import CaseState, assess_batch, num
+from humming_matrix.kernels.assess import BOUND, CaseState, assess_batch, num
 from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
 from humming_matrix.kernels.record import humming_version, load_kernel_record
 
 
 def _units(batch: dict[str, Any]) -> float | None:
+    """The worst unit error under the current bound (None for records under another rule)."""
+    if batch.get("bound") != BOUND:
+        return None
     values: list[float] = []
     for key in ("err_units", "worst_channel_units", "worst_expert_units"):
         values += [num(v) for v in batch.get(key, []) or []]
@@ -82,7 +85,7 @@ def main(argv: list[str]) -> int:
            "## 1. State per release and case", "",
            "`Nu`: the worst error in units of the rounding bound (> 1 fails); `nondeterministic`: "
            "a relaunch was not bit-identical; records of calls 1 and 2 carry units of the trial "
-           "bound and are judged by the floor rule.", ""]
+           "bound: no units shown, judged by the floor rule.", ""]
     for name in cases:
         out.append(f"### {name}")
         out.append("")
