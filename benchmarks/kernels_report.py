@@ -1,6 +1,6 @@
 """Markdown summary of kernel records of many humming versions (the tables in docs/kernels.md).
 
-    python benchmarks/kernels_report.py results/h200 > /tmp/kernels.md
+    python benchmarks/kernels_report.py results/h200/gen1 > /tmp/kernels.md
 
 Prints: one table of versions x cases (state, mean relative error and median time at the largest
 batch size), the time table at every batch size, and each release judged against the release
@@ -58,7 +58,7 @@ def _times(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    store = Path(argv[0]) if argv else Path("results/h200")
+    store = Path(argv[0]) if argv else Path("results/h200/gen1")
     grouped = _by_version(store)
     firsts = [runs[0] for runs in grouped.values()]
     print("### States, mean relative error and median time at the largest batch\n")

@@ -40,7 +40,7 @@ def evidence_lines(evidence: Mapping[str, Any]) -> list[str]:
             worse = [
                 f"{v['case']}{'' if v['m'] is None else ' m=' + str(v['m'])} {v['verdict']}"
                 for v in e["verdicts"]
-                if v["verdict"] in ("regressed", "newly-broken")
+                if v["verdict"] in ("worse", "regressed", "newly-broken")
                 or (e["fail_on_slowdown"] and v["time"] == "slower")
             ]
             lines.append(

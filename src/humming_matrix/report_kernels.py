@@ -3,7 +3,7 @@
 baseline environment by the kernel judge (`kernels.judge.compare_kernel_records`), one row per
 (environment, case): the worst of the case's per-batch-size verdicts.
 
-A row fails when the judge calls the case a regression (`regressed`, `newly-broken`: what fails
+A row fails when the judge calls the case a regression (`worse`, `newly-broken`: what fails
 `compare`), when the case is broken in that run on its own (out of tolerance, NaN/Inf, raised,
 hung, crashed: what makes `humming-matrix kernels` exit 1), as a GSM8K row below its threshold
 fails whatever the paired verdict, or when it cannot be judged: the run did not reach the case
@@ -34,7 +34,7 @@ from humming_matrix.results import RecordKind, record_paths
 # Worst first: the order rows and a case's batch sizes are ranked in.
 VERDICT_ORDER = (
     Verdict.NEWLY_BROKEN,
-    Verdict.REGRESSED,
+    Verdict.WORSE,
     Verdict.MISSING,
     Verdict.INCOMPARABLE,
     Verdict.STILL_BROKEN,

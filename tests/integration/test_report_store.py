@@ -39,7 +39,7 @@ from .test_compare_lm_eval import STRICT_FLIPS
 from .test_compare_runs import WRONG_BEFORE_0_1_10, WRONG_FROM_0_1_10
 from .test_lm_eval import FLEXIBLE, STRICT
 
-H200 = Path(__file__).resolve().parents[2] / "results" / "h200"
+H200 = Path(__file__).resolve().parents[2] / "results" / "h200" / "gen1"
 KERNEL_VERSIONS = ("0.1.0", "0.1.8", "0.1.12")
 
 CHROMIUM_FLAGS = [

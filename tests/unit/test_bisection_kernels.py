@@ -117,3 +117,54 @@ def test_a_release_humming_cannot_import_is_skipped(tmp_path: Path, matrix: Matr
         "untestable: nox session kernels-0.1.5 exited 0 without a complete kernel record: "
     )
     assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.4", "0.1.6")
+
+
+class RetiledSessionDouble(KernelSessionDouble):
+    """TEST DOUBLE: from `changed_from` on the output bytes differ (a retiled kernel, error the
+    same: `changed`); from `broken_from` on, case `moe` at m=64 is twice as far from the
+    reference (`worse`, within the run tolerance). Every relaunch bit-identical."""
+
+    def __init__(self, changed_from: str, broken_from: str) -> None:
+        super().__init__(broken_from)
+        self.changed_from = Version(changed_from)
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int:
+        self.calls.append(session)
+        version = Version(session.removeprefix("kernels-"))
+        sha = "retiled" if version >= self.changed_from else "original"
+
+        def batch(m: int, worse: bool = False) -> dict[str, Any]:
+            b = _batch(m)
+            if worse:
+                b["rel_err"] = [4e-3, 4.1e-3, 3.9e-3]
+            return dict(b, sha256=f"{sha}-{m}", deterministic=[True] * 3)
+
+        run = SuiteRun(results=(
+            {"case": {"name": "dense"}, "batches": [batch(16), batch(64)]},
+            {"case": {"name": "moe"}, "batches": [batch(16),
+                                                  batch(64, version >= self.broken_from)]},
+        ))
+        record = build_record(
+            run, Settings((16, 64), 10, 3, 0, 60.0),
+            {"humming_kernels": str(version), "session": session, "gpu": None},
+            new_run_id(), utc_now_iso(),
+        )
+        write_record(Path(posargs[posargs.index("--results") + 1]), record)
+        log.write_text(f"nox > Session {session} was successful.\n")
+        return 0
+
+
+def test_bisect_counts_worse_as_bad_and_changed_as_good(tmp_path: Path, matrix: Matrix) -> None:
+    session = RetiledSessionDouble(changed_from="0.1.4", broken_from="0.1.7")
+    result = run(tmp_path, matrix, session, "a.jsonl")
+    assert (result.outcome.conclusion, result.outcome.last_good, result.outcome.first_bad) == (
+        Conclusion.FOUND, "0.1.6", "0.1.7",
+    )
+    assert result.entries["0.1.7"].reason == (
+        "kernels: 1 of 4 case/batch results worse: moe m=64 worse (rel. error +0.002)")
+    # 0.1.5 is judged against 0.1.2: every output changed, none worse: good.
+    assert result.entries["0.1.5"].verdict is Verdict.GOOD
+    changed = [v["verdict"] for v in result.entries["0.1.5"].evidence["kernels"]["verdicts"]]
+    assert changed == ["changed"] * 4

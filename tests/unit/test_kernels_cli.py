@@ -21,6 +21,11 @@ from humming_matrix.results import RecordKind, record_paths
 REPO = Path(__file__).resolve().parents[2]
 DOUBLES = REPO / "tests" / "doubles"
 WORKER = (sys.executable, str(DOUBLES / "kernel_worker_double.py"))
+# The four cases `--cases moe-gate-up-mxfp4-*k4 moe-gate-up-mxfp4-*k8` selects, in suite order.
+OSS = "moe-gate-up-mxfp4-bf16-5760x2880-e32k4"
+OSS_FP8 = "moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4"
+QWEN = "moe-gate-up-mxfp4-bf16-1536x2048-e128k8"
+QWEN_FP8 = "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8"
 
 
 def test_without_a_gpu_kernels_exits_3_with_one_line(tmp_path: Path) -> None:
@@ -39,7 +44,8 @@ def test_without_a_gpu_kernels_exits_3_with_one_line(tmp_path: Path) -> None:
 
 
 def _args(tmp_path: Path, *extra: str) -> list[str]:
-    return ["kernels", "--results", str(tmp_path / "store"), "--cases", "moe-*",
+    return ["kernels", "--results", str(tmp_path / "store"), "--cases", "moe-gate-up-mxfp4-*k4",
+            "moe-gate-up-mxfp4-*k8",
             "--batch-sizes", "1,2048", "--draws", "2", "--repeats", "5", "--timeout", "20",
             "--workdir", str(tmp_path / "work"), *extra]
 
@@ -54,7 +60,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, obje
 def test_a_clean_run_exits_0_and_writes_one_kernel_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-gpt-oss-20b": "unsupported"}})
+    code = _run(tmp_path, monkeypatch, {"cases": {QWEN_FP8: "unsupported"}})
     assert code == ExitCode.OK
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())
@@ -62,15 +68,13 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
     assert record["settings"] == {"batch_sizes": [1, 2048], "repeats": 5, "draws": 2, "seed": 0,
                                   "timeout_s": 20.0}
     assert [c["name"] for c in record["cases"]] == [
-        "moe-mxfp4-bf16-qwen3-30b-a3b", "moe-mxfp4-fp8-qwen3-30b-a3b",
-        "moe-mxfp4-bf16-gpt-oss-20b", "moe-mxfp4-fp8-gpt-oss-20b"]
+        OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
     assert record["environment"]["worker"]["humming_kernels"] == "0.0.0-double"
     assert record["ceilings"] == {"bf16_tflops": 800.0, "copy_gbps": 4300.0}
     # The double's numbers (rel_err 1e-3, 1 ms a batch), one row for its version.
     assert capsys.readouterr().out.splitlines() == [
-        "| humming | moe-mxfp4-bf16-qwen3-30b-a3b | moe-mxfp4-fp8-qwen3-30b-a3b "
-        "| moe-mxfp4-bf16-gpt-oss-20b | moe-mxfp4-fp8-gpt-oss-20b |",
+        f"| humming | {OSS} | {OSS_FP8} | {QWEN} | {QWEN_FP8} |",
         "| --- | --- | --- | --- | --- |",
         "| 0.0.0-double | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | unsupported |",
         f"record: {path}",
@@ -78,7 +82,7 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
 
 
 def test_numerics_out_of_tolerance_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "fail"}})
+    code = _run(tmp_path, monkeypatch, {"cases": {QWEN: "fail"}})
     assert code == ExitCode.FAILED
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     states = [c["state"] for c in json.loads(path.read_text())["cases"]]
@@ -89,7 +93,7 @@ def test_a_hang_is_recorded_and_fails_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The timeout runs from the worker's launch: it must cover a start on a loaded machine.
-    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-qwen3-30b-a3b": "hang"}},
+    code = _run(tmp_path, monkeypatch, {"cases": {OSS_FP8: "hang"}},
                 "--timeout", "3")
     assert code == ExitCode.FAILED
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
@@ -146,7 +150,7 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
     try:
         with pytest.raises(InfrastructureError) as info:
             _run(tmp_path, monkeypatch,
-                 {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "hang"}, "pids": str(pids)},
+                 {"cases": {QWEN: "hang"}, "pids": str(pids)},
                  "--timeout", "120")
     finally:
         hanging.set()

@@ -92,7 +92,7 @@ def test_an_error_increase_beyond_spread_and_floor_is_a_regression() -> None:
     cand = _record("0.1.6", {"a": [_batch(rel=(6e-3, 6.2e-3, 5.8e-3))]})
     cmp = compare_kernel_records([base], [cand])
     (v,) = cmp.verdicts
-    assert v.verdict is Verdict.REGRESSED
+    assert v.verdict is Verdict.WORSE
     assert v.delta_rel_err == pytest.approx(4e-3)
     # noise: 3 x sqrt(sem_b^2 + sem_c^2) with sd 2e-4 per side of 3 draws -> 4.9e-4 < floor
     assert v.noise_rel_err == pytest.approx(1.6e-3)
@@ -119,7 +119,7 @@ def test_a_worse_worst_channel_within_tolerance_is_changed_not_a_regression() ->
     assert cmp.exit_code == 0
     beyond = _record("0.1.7", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]})  # > 64 x floor
     (w,) = compare_kernel_records([base], [beyond]).verdicts
-    assert w.verdict is Verdict.REGRESSED
+    assert w.verdict is Verdict.WORSE
     assert w.note == "out of tolerance; the baseline was within it"
 
 
@@ -210,7 +210,7 @@ def test_compare_reads_record_files_and_writes_json(tmp_path: Path) -> None:
     data = json.loads(json.dumps(cmp.to_json()))
     assert data["regression"] is True
     assert data["exit_code"] == 1
-    assert data["verdicts"][0]["verdict"] == "regressed"
+    assert data["verdicts"][0]["verdict"] == "worse"
     assert data["verdicts"][0]["candidate"]["state"] == "fail"
 
 
@@ -236,7 +236,7 @@ def test_an_erratic_out_of_tolerance_candidate_cannot_hide_behind_its_spread() -
     assert v.noise_rel_err is not None
     assert v.delta_rel_err is not None
     assert v.noise_rel_err > v.delta_rel_err
-    assert v.verdict is Verdict.REGRESSED
+    assert v.verdict is Verdict.WORSE
     assert v.note == "out of tolerance; the baseline was within it"
 
 
@@ -245,3 +245,48 @@ def test_an_error_turning_into_out_of_tolerance_numbers_is_still_broken_not_fixe
     cand = _record("0.1.12", {"a": [_batch(rel=(1.0, 1.0))]})
     (v,) = compare_kernel_records([base], [cand]).verdicts
     assert v.verdict is Verdict.STILL_BROKEN
+
+
+def test_different_output_bytes_on_the_same_inputs_are_changed_with_size_and_direction() -> None:
+    base = _record("0.1.5", {"a": [_batch(sha256="out-1", deterministic=[True] * 3)]})
+    same = _record("0.1.6", {"a": [_batch(sha256="out-1", deterministic=[True] * 3)]})
+    moved = _record("0.1.7", {"a": [_batch(rel=(2.1e-3, 2.3e-3, 1.9e-3), sha256="out-2",
+                                           deterministic=[True] * 3)]})
+    (v,) = compare_kernel_records([base], [same]).verdicts
+    assert v.verdict is Verdict.SAME
+    cmp = compare_kernel_records([base], [moved])
+    (w,) = cmp.verdicts
+    assert w.verdict is Verdict.CHANGED
+    assert w.note == ("output bytes differ: rel. error +0.0001 (away from the reference), "
+                      "worst channel +0")
+    assert cmp.exit_code == 0  # changed is shown, never failing
+
+
+def test_output_bytes_say_nothing_when_a_side_is_not_bit_identical_on_relaunch() -> None:
+    base = _record("0.1.5", {"a": [_batch(sha256="out-1", deterministic=[True, False, True])]})
+    cand = _record("0.1.6", {"a": [_batch(sha256="out-2", deterministic=[True, False, True])]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    # Nondeterministic on both sides (each a failure of its own): judged by the errors alone,
+    # not `changed` for bytes that differ between launches anyway.
+    assert v.verdict is Verdict.SAME
+
+
+def test_within_tolerance_after_out_of_it_is_fixed_and_a_nondeterministic_candidate_worse(
+) -> None:
+    failing = _record("0.1.5", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]})
+    good = _record("0.1.6", {"a": [_batch()]})
+    (v,) = compare_kernel_records([failing], [good]).verdicts
+    assert (v.verdict, v.note) == (Verdict.FIXED, "fail before, within tolerance now")
+    flaky = _record("0.1.7", {"a": [_batch(deterministic=[True, False, True])]})
+    cmp = compare_kernel_records([good], [flaky])
+    (w,) = cmp.verdicts
+    assert (w.verdict, w.note) == (Verdict.WORSE, "nondeterministic; the baseline was not")
+    assert cmp.exit_code == 1
+
+
+def test_a_changed_kernel_config_is_named() -> None:
+    base = _record("0.1.5", {"a": [_batch(kernel_config={"block_shape": "[64, 128, 64]"})]})
+    cand = _record("0.1.6", {"a": [_batch(kernel_config={"block_shape": "[128, 128, 64]"})]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.note == ('kernel config {"block_shape": "[64, 128, 64]"} -> '
+                      '{"block_shape": "[128, 128, 64]"}')

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from humming_matrix.kernels.cases import SUITE
+from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.watchdog import Watchdog
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kernel_worker_double.py"

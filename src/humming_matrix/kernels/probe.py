@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from humming_matrix.kernels.assess import BOUND, channel_bound
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
@@ -43,12 +45,60 @@ from humming_matrix.kernels.inputs import (
 )
 from humming_matrix.kernels.reference import (
     FP8_QUANTIZER,
+    INT8_QUANTIZER,
     column_scale,
     measure,
     quantize_fp8_per_token,
+    quantize_int8_per_token,
 )
 
-DETERMINISM_RUNS = 3
+DETERMINISM_RUNS = 2  # relaunches of every draw at every batch size
+GRAPH_MAX_M = 16  # decode sizes: timed from a captured CUDA graph
+
+
+def quantize_input(case: KernelCase, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    if case.activation is Activation.FP8_E4M3:
+        return quantize_fp8_per_token(x)
+    if case.activation is Activation.INT8:
+        return quantize_int8_per_token(x)
+    return x
+
+
+def bound_units(
+    out: Any, ref: Any, natural: Any, abs_ref: Any, k: int, topk_ids: Any
+) -> dict[str, Any]:
+    """Errors in units of the rounding bound (`assess.channel_bound`): the whole output, the
+    worst channel, and for MoE the worst (expert, channel) pair. `natural` is x^2 @ w^2^T and
+    `abs_ref` |x| @ |w|^T, row for row with `ref`."""
+    import torch
+
+    diff = out.double() - ref.double()
+    diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
+    d2, r2, n2, q2 = diff * diff, ref.double() ** 2, natural.double(), abs_ref.double() ** 2
+
+    def ratio(dd: Any, rr: Any, nn: Any, qq: Any) -> Any:
+        bound = channel_bound(torch.sqrt(rr), torch.sqrt(nn), torch.sqrt(qq), k)
+        err = torch.sqrt(dd)
+        safe = torch.where(bound > 0, bound, torch.ones_like(bound))
+        return torch.where(bound > 0, err / safe, torch.where(err > 0, math.inf, 0.0))
+
+    result: dict[str, Any] = {
+        "err_units": float(ratio(d2.sum(), r2.sum(), n2.sum(), q2.sum())),
+        "worst_channel_units": float(ratio(d2.sum(0), r2.sum(0), n2.sum(0), q2.sum(0)).max()),
+    }
+    if topk_ids is not None:
+        ids = torch.from_numpy(topk_ids.reshape(-1)).to(out.device).long()
+        e = int(topk_ids.max()) + 1
+
+        def per_expert(t: Any) -> Any:
+            zeros = torch.zeros((e, t.shape[1]), dtype=t.dtype, device=t.device)
+            return zeros.index_add_(0, ids, t)
+
+        units = ratio(per_expert(d2), per_expert(r2), per_expert(n2), per_expert(q2))
+        flat = int(torch.argmax(units))
+        result["worst_expert_units"] = float(units.reshape(-1)[flat])
+        result["worst_expert"] = flat // units.shape[1]
+    return result
 
 
 class Events:
@@ -172,9 +222,8 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
         "reference": {
             "weights": "exact dequantisation of the checkpoint tensors, float32",
             "matmul": "float32 on the GPU, TF32 off",
-            "activation_quantizer": FP8_QUANTIZER
-            if case.activation is Activation.FP8_E4M3
-            else None,
+            "activation_quantizer": {Activation.FP8_E4M3: FP8_QUANTIZER,
+                                     Activation.INT8: INT8_QUANTIZER}.get(case.activation),
         },
         "batches": [],
     }
@@ -222,11 +271,19 @@ def run_batch(
         "m": m,
         "rel_err": [],
         "worst_row_rel_err": [],
+        "err_units": [],
+        "worst_channel_units": [],
+        "deterministic": [],
+        "output_sha256": [],
         "nan": 0,
         "inf": 0,
     }
-    if case.activation is Activation.FP8_E4M3:
+    if case.kind is GemmKind.MOE:
+        batch["worst_expert_units"] = []
+        batch["worst_expert"] = []
+    if case.activation.quantized:
         batch["rel_err_vs_unquantized"] = []
+        batch["quant_err"] = []
     try:
         for draw in range(int(plan["draws"])):
             x = make_activations(m, case.shape_k, seed + draw)
@@ -245,12 +302,23 @@ def run_batch(
             with gpu_turn(lock):
                 out = fn().contiguous()
                 torch.cuda.synchronize()
-                x_ref = quantize_fp8_per_token(x) if case.activation is Activation.FP8_E4M3 else x
-                ref = _reference_on_gpu(torch.from_numpy(x_ref).to(device), w_ref, topk_ids)
+                same = 0
+                for _ in range(DETERMINISM_RUNS):
+                    again = fn().contiguous()
+                    torch.cuda.synchronize()
+                    same += int(torch.equal(again.view(torch.uint8), out.view(torch.uint8)))
+                del again
+                x_ref = quantize_input(case, x)
+                xr = torch.from_numpy(x_ref).to(device)
+                ref = _reference_on_gpu(xr, w_ref, topk_ids)
+                abs_ref = _reference_on_gpu(xr.abs(), w_ref.abs(), topk_ids)
+                natural = _reference_on_gpu(xr * xr, w_ref * w_ref, topk_ids)
+                units = bound_units(out.float(), ref, natural, abs_ref, case.shape_k, topk_ids)
+                del abs_ref, natural
                 ref_np = ref.cpu().numpy()
                 del ref
                 plain_np = None
-                if case.activation is Activation.FP8_E4M3:
+                if case.activation.quantized:
                     plain = _reference_on_gpu(torch.from_numpy(x).to(device), w_ref, topk_ids)
                     plain_np = plain.cpu().numpy()
                     del plain
@@ -261,28 +329,33 @@ def run_batch(
             metrics = measure(out_np, ref_np, raw, col_scale=scale)
             batch["rel_err"].append(metrics.rel_err)
             batch["worst_row_rel_err"].append(metrics.worst_row_rel_err)
+            batch["err_units"].append(units["err_units"])
+            batch["worst_channel_units"].append(units["worst_channel_units"])
+            if "worst_expert_units" in units:
+                batch["worst_expert_units"].append(units["worst_expert_units"])
+                batch["worst_expert"].append(units["worst_expert"])
+            batch["deterministic"].append(same == DETERMINISM_RUNS)
+            batch["output_sha256"].append(metrics.sha256)
             batch["nan"] += metrics.nan
             batch["inf"] += metrics.inf
             if plain_np is not None:
                 batch["rel_err_vs_unquantized"].append(measure(out_np, plain_np).rel_err)
+                batch["quant_err"].append(measure(ref_np, plain_np).rel_err)
             if draw:
                 continue
+            batch["bound"] = BOUND
             batch["worst_row"] = metrics.worst_row
             batch["floor"] = metrics.floor
             batch["sha256"] = metrics.sha256
             batch["input_sha256"] = digest(x, *([topk_ids] if topk_ids is not None else []))
             if moe is not None:
                 batch["moe_block"] = moe.block
+            batch["kernel_config"] = layer.kernel_config(moe, m * case.top_k)
             with gpu_turn(lock):
-                repeats_equal = 0
-                for _ in range(DETERMINISM_RUNS):
-                    again = fn().contiguous()
-                    torch.cuda.synchronize()
-                    same = torch.equal(again.view(torch.uint8), out.view(torch.uint8))
-                    repeats_equal += int(same)
-                del again
-                t = timing.time_kernel(fn, repeats=int(plan["repeats"]))
-            batch["deterministic"] = repeats_equal == DETERMINISM_RUNS
+                if m <= GRAPH_MAX_M:
+                    t = timing.time_graph(fn, repeats=int(plan["repeats"]))
+                else:
+                    t = timing.time_kernel(fn, repeats=int(plan["repeats"]))
             flop, moved = _work(case, m, topk_ids)
             batch["time"] = t.to_json()
             batch["flop"] = flop
