@@ -93,12 +93,28 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _authorized(self) -> bool:
+        # As vLLM's middleware: with --api-key, every /v1 request needs the bearer token.
+        if _API_KEY is None or not self.path.startswith("/v1"):
+            return True
+        if self.headers.get("Authorization") == f"Bearer {_API_KEY}":
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
     def do_GET(self) -> None:
+        if not self._authorized():
+            return
+        if self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": "double"}]})
+            return
         self._send(200 if self.path == "/health" else 404, {})
 
     def do_POST(self) -> None:
         global _completions
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if not self._authorized():
+            return
         if self.path == "/tokenize":
             ids = _ids(body["prompt"])
             self._send(200, {"count": len(ids), "max_model_len": 4096, "tokens": ids,
@@ -130,7 +146,12 @@ class Handler(BaseHTTPRequestHandler):
         }]})
 
 
+_API_KEY: str | None = None
+
+
 def main(argv: list[str]) -> None:
+    global _API_KEY
+    _API_KEY = argv[argv.index("--api-key") + 1] if "--api-key" in argv else None
     if "exit_at_start" in POLICY:
         print("RuntimeError: double: dying at start as told", flush=True)
         sys.exit(int(POLICY["exit_at_start"]))

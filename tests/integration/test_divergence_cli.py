@@ -62,6 +62,9 @@ def test_a_repeat_is_same_and_a_shifted_model_diverged(tmp_path: Path) -> None:
         assert (len(record.questions), record.error_count) == (12, 0)
         assert record.server["launched"] is True
         assert "--max-logprobs" in record.server["command"]
+        # The launch's own API key (its identity) is sent, never stored.
+        command = record.server["command"]
+        assert command[command.index("--api-key") + 1] == "***"
         assert f"DONE toy: 12 questions, {record.token_count} answer tokens, top-5, errors 0" \
             in done.stdout
         # The answer span is GSM8K's reference answer, byte for byte (the double's tokens).

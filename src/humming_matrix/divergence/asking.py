@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,8 +93,11 @@ class Asked:
 class LogprobsClient:
     def __init__(self, base_url: str, top_k: int, *, concurrency: int, timeout: float,
                  retry: RetryPolicy | None = None,
-                 check_server: Callable[[], None] | None = None) -> None:
+                 check_server: Callable[[], None] | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.base = base_url.rstrip("/")
+        # The launch's identity (its per-launch API key): a server that is not ours refuses us.
+        self.headers = dict(headers or {})
         self.top_k = top_k
         self.concurrency = concurrency
         self.timeout = timeout
@@ -146,7 +149,8 @@ class LogprobsClient:
         gate = asyncio.Semaphore(self.concurrency)
         connector = aiohttp.TCPConnector(limit=self.concurrency)
         timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                         headers=self.headers) as http:
             tasks = [asyncio.ensure_future(self._one(http, gate, item)) for item in items]
             done: list[Asked] = []
             try:

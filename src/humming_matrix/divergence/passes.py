@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,14 @@ from humming_matrix.divergence.record import (
 from humming_matrix.divergence.teacher import ForcedText, forced_texts
 from humming_matrix.errors import InfrastructureError, RequestError, ServerStartError
 from humming_matrix.progress import Progress
-from humming_matrix.results import ConfigInfo, Timings, new_run_id, redact, utc_now_iso
+from humming_matrix.results import (
+    ConfigInfo,
+    Secrets,
+    Timings,
+    new_run_id,
+    redact_config_env,
+    utc_now_iso,
+)
 
 DEFAULT_TOP_K = 5
 NOT_ASKED = "not asked: the pass stopped first"
@@ -117,10 +124,12 @@ class _Pass:
 
 
 def _client(config: EvalConfig, url: str, options: PassOptions,
-            check: Callable[[], None] | None) -> LogprobsClient:
+            check: Callable[[], None] | None,
+            headers: Mapping[str, str] | None = None) -> LogprobsClient:
     return LogprobsClient(url, options.top_k, concurrency=config.concurrency,
                           timeout=config.request_timeout_seconds,
-                          retry=RetryPolicy(retries=options.retries), check_server=check)
+                          retry=RetryPolicy(retries=options.retries), check_server=check,
+                          headers=headers)
 
 
 def _finish(one: _Pass, options: PassOptions, progress: Progress) -> DivergenceRecord:
@@ -151,13 +160,15 @@ def run_passes(config: EvalConfig, options: PassOptions,
     env = environment.capture()
     args = server_args(config, options.top_k)
     spec = server.ServerSpec(config.model_name, args, config.env, config.startup_max_wait_seconds)
-    info: dict[str, Any] = {"model": config.model_name, "args": list(args),
-                            "env": redact(config.env)}
+    secrets = Secrets.gather(args, config.env, ())
+    info: dict[str, Any] = {"model": config.model_name, "args": secrets.argv(args),
+                            "env": redact_config_env(config.env)}
     records: list[DivergenceRecord] = []
     one = _Pass(config, items, env, info, options.top_k)
     try:
         if options.endpoint:
             info.update(endpoint=options.endpoint, launched=False)
+            server.check_endpoint(options.endpoint)
             for _ in range(options.repeat):
                 one = _Pass(config, items, env, info, options.top_k)
                 progress.stage(f"{config.name}: divergence pass, {len(items)} questions -> "
@@ -168,10 +179,10 @@ def run_passes(config: EvalConfig, options: PassOptions,
         log_path = options.results / f"divergence__{config.name}__{one.run_id}.server.log"
         effective = server.server_environment(spec, os.environ)
         info.update(launched=True, log=log_path.name,
-                    environment=redact(server.recorded_environment(effective)))
+                    environment=secrets.environment(server.recorded_environment(effective)))
         progress.stage(f"{config.name}: starting vllm serve {config.model_name} (log: {log_path})")
         with server.launch(spec, log_path) as running:
-            info.update(command=list(running.command), endpoint=running.url)
+            info.update(command=running.secrets.argv(running.command), endpoint=running.url)
             report = running.startup
             for n in range(options.repeat):
                 if n:
@@ -180,7 +191,8 @@ def run_passes(config: EvalConfig, options: PassOptions,
                     one.startup, one.startup_seconds = report.to_json(), report.seconds
                 progress.stage(f"{config.name}: server ready; divergence pass {n + 1}/"
                                f"{options.repeat}, {len(items)} questions")
-                one.ask(_client(config, running.url, options, running.check), progress)
+                one.ask(_client(config, running.url, options, running.check, running.headers),
+                        progress)
                 records.append(_finish(one, options, progress))
         progress.stage(f"{config.name}: server stopped")
     except ServerStartError as exc:
