@@ -26,6 +26,7 @@ from humming_matrix.kernels.judge import (
     TimeVerdict,
     Verdict,
     compare_kernel_records,
+    speed_change,
 )
 from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.report_rows import choose_baseline, version_key
@@ -169,9 +170,9 @@ class KernelRow:
             if v.verdict is Verdict.SAME and v.time in (TimeVerdict.SAME, TimeVerdict.UNKNOWN):
                 continue
             text = v.verdict.value
-            if v.time in (TimeVerdict.SLOWER, TimeVerdict.FASTER) and v.time_ratio is not None:
+            if change := speed_change(v):
                 single = "" if v.time_runs_measured else ", one run a side"
-                text += f", {v.time.value} {v.time_ratio:.2f}x{single}"
+                text += f", {change}{single}"
             if v.note:
                 text += f" ({_one_line(v.note)})"
             sizes.setdefault(text, []).extend([] if v.m is None else [str(v.m)])

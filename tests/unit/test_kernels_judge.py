@@ -175,7 +175,7 @@ def test_time_ratio_outside_the_measured_spread_is_slower() -> None:
     # ... and only when the between-run spread was measured (several runs a side)
     assert not v.time_runs_measured
     assert compare_kernel_records([base], [slower], fail_on_slowdown=True).exit_code == 0
-    assert "(1.200x, one run a side)" in cmp.to_markdown()
+    assert "(1.200x the time, one run a side)" in cmp.to_markdown()
     bases = [base, _record("0.1.5", {"a": [_batch(time_ms=1.01, mad_ms=0.01)]}, run_id="b2")]
     slowers = [slower, _record("0.1.6", {"a": [_batch(time_ms=1.21, mad_ms=0.01)]}, run_id="c2")]
     gated = compare_kernel_records(bases, slowers, fail_on_slowdown=True)

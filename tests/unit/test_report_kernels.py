@@ -136,7 +136,7 @@ def test_verdicts_are_the_kernel_judges(report: StoreReport) -> None:
     ]
     assert row.line() == (
         "mxfp4-bf16-qkv-gpt-oss-20b on humming-kernels 0.1.8 vs 0.1.0: newly-broken: "
-        "m=64, 2048 newly-broken (nonfinite); m=1 worse, faster 0.11x, one run a side"
+        "m=64, 2048 newly-broken (nonfinite); m=1 worse, faster 8.75x, one run a side"
     )
 
 
