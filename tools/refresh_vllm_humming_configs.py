@@ -40,10 +40,12 @@ def refresh(vllm: Path, dest: Path) -> list[str]:
             old.unlink()
     for p in files:
         shutil.copyfile(p, dest / p.name)
-    commit = subprocess.run(["git", "-C", str(vllm), "rev-parse", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(vllm), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     (dest / "SOURCE").write_text(
-        f"vllm-project/vllm {SUBDIR} at {commit or 'unknown commit'}\n", encoding="utf-8")
+        f"vllm-project/vllm {SUBDIR} at {commit or 'unknown commit'}\n", encoding="utf-8"
+    )
     return sorted(names)
 
 

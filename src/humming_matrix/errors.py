@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from humming_matrix.server import StartupReport
+    from humming_matrix.suite.server_log import StartupReport
 
 
 class ExitCode(IntEnum):

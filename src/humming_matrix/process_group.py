@@ -52,16 +52,30 @@ def start(
 ) -> subprocess.Popen[Any]:
     """Start `argv` as the leader of a new process group (and session) that dies with us."""
     return subprocess.Popen(
-        list(argv), env=None if env is None else dict(env), cwd=cwd, stdin=stdin,
-        stdout=stdout, stderr=stderr, text=text, start_new_session=True,
+        list(argv),
+        env=None if env is None else dict(env),
+        cwd=cwd,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        text=text,
+        start_new_session=True,
         preexec_fn=die_with_parent,
     )
 
 
 @contextlib.contextmanager
-def group(argv: Sequence[str], *, grace: float, env: Mapping[str, str] | None = None,
-          cwd: Path | None = None, stdin: File = subprocess.DEVNULL, stdout: File = None,
-          stderr: File = None, text: bool = False) -> Iterator[subprocess.Popen[Any]]:
+def group(
+    argv: Sequence[str],
+    *,
+    grace: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin: File = subprocess.DEVNULL,
+    stdout: File = None,
+    stderr: File = None,
+    text: bool = False,
+) -> Iterator[subprocess.Popen[Any]]:
     """`start` it, yield it, and `stop_group` it on every way out of the block."""
     process = start(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, text=text)
     try:

@@ -88,7 +88,12 @@ def _in_specifier(version: str, spec: str) -> bool:
         op, bound = re.match(r"(==|!=|>=|<=|>|<)\s*(.+)", clause).groups()  # type: ignore[union-attr]
         b = _version_tuple(bound)
         ok = {
-            "==": v == b, "!=": v != b, ">=": v >= b, "<=": v <= b, ">": v > b, "<": v < b,
+            "==": v == b,
+            "!=": v != b,
+            ">=": v >= b,
+            "<=": v <= b,
+            ">": v > b,
+            "<": v < b,
         }[op]
         if not ok:
             return False
@@ -143,28 +148,34 @@ class Double:
         if not users or not isinstance(users[-1], str):
             return 400, {"error": "double expects a user message"}
         earlier = "".join(str(m.get("content", "")) for m in messages[:-1])
-        code, payload = self.answer({**body, "prompt": users[-1].rstrip()},
-                                    extra_shots=earlier.count("Question: "),
-                                    turns=len(messages))
+        code, payload = self.answer(
+            {**body, "prompt": users[-1].rstrip()},
+            extra_shots=earlier.count("Question: "),
+            turns=len(messages),
+        )
         if code == 200:
             text = payload["choices"][0].pop("text")
             payload["choices"][0]["message"] = {"role": "assistant", "content": text}
             payload["object"] = "chat.completion"
         return code, payload
 
-    def answer(self, body: dict[str, Any], extra_shots: int = 0,
-               turns: int = 0) -> tuple[int, dict[str, Any]]:
+    def answer(
+        self, body: dict[str, Any], extra_shots: int = 0, turns: int = 0
+    ) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.requests += 1
             n = self.requests
         if self.policy.get("die_at") == n:
             os._exit(1)
         if self.policy.get("cuda_crash_at") == n:
-            print("ERROR 12-03 08:10:00 [core.py:708] EngineCore encountered a fatal error.\n"
-                  "Traceback (most recent call last):\n"
-                  '  File "/vllm/v1/engine/core.py", line 699, in run_engine_core\n'
-                  "torch.AcceleratorError: CUDA error: an illegal memory access was "
-                  "encountered", flush=True)
+            print(
+                "ERROR 12-03 08:10:00 [core.py:708] EngineCore encountered a fatal error.\n"
+                "Traceback (most recent call last):\n"
+                '  File "/vllm/v1/engine/core.py", line 699, in run_engine_core\n'
+                "torch.AcceleratorError: CUDA error: an illegal memory access was "
+                "encountered",
+                flush=True,
+            )
             os._exit(1)
         hang_at = self.policy.get("hang_at")
         if hang_at is not None and n >= hang_at:
@@ -174,29 +185,37 @@ class Double:
             problem = self._lm_eval_problem(body)
             if problem:
                 return 400, {"error": problem}
-        for key, expected in () if lm_eval else (("max_tokens", 256), ("temperature", 0.0),
-                                                 ("seed", 42),
-                              ("stop", EXPECTED_STOP)):
+        for key, expected in (
+            ()
+            if lm_eval
+            else (("max_tokens", 256), ("temperature", 0.0), ("seed", 42), ("stop", EXPECTED_STOP))
+        ):
             if body.get(key) != expected:
                 return 400, {"error": f"double expects {key}={expected!r}, got {body.get(key)!r}"}
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.endswith("\nAnswer:"):
             return 400, {"error": "prompt must be a string ending in '\\nAnswer:'"}
-        question = prompt[prompt.rfind("Question: ") + len("Question: "): -len("\nAnswer:")]
+        question = prompt[prompt.rfind("Question: ") + len("Question: ") : -len("\nAnswer:")]
         if question not in self.questions:
             return 400, {"error": "unknown question"}
         index, label = self.questions[question]
         if index in self.policy.get("bad_request", []):
-            return 400, {"object": "error", "type": "BadRequestError", "code": 400,
-                         "message": "This model's maximum context length is 1024 tokens. However, "
-                                    "you requested 1210 tokens (954 in the messages, 256 in the "
-                                    "completion). Please reduce the length of the messages or "
-                                    "completion."}
+            return 400, {
+                "object": "error",
+                "type": "BadRequestError",
+                "code": 400,
+                "message": "This model's maximum context length is 1024 tokens. However, "
+                "you requested 1210 tokens (954 in the messages, 256 in the "
+                "completion). Please reduce the length of the messages or "
+                "completion.",
+            }
         if lm_eval and "lm_eval_log" in self.policy:
-            entry = {key: body.get(key) for key in ("model", "max_tokens", "temperature", "stop",
-                                                    "seed")}
-            entry.update(index=index, shots=prompt.count("Question: ") - 1 + extra_shots,
-                         turns=turns)
+            entry = {
+                key: body.get(key) for key in ("model", "max_tokens", "temperature", "stop", "seed")
+            }
+            entry.update(
+                index=index, shots=prompt.count("Question: ") - 1 + extra_shots, turns=turns
+            )
             with self.lock, open(self.policy["lm_eval_log"], "a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
         if "log_requests" in self.policy:
@@ -301,13 +320,17 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     if "record" in policy:
         names = policy.get("record_env", [])
-        Path(policy["record"]).write_text(json.dumps({
-            "argv": argv,
-            "env": {n: os.environ.get(n) for n in names},
-            "pid": os.getpid(),
-            "child_pid": child.pid if child else None,
-            "humming": _humming_version(),
-        }))
+        Path(policy["record"]).write_text(
+            json.dumps(
+                {
+                    "argv": argv,
+                    "env": {n: os.environ.get(n) for n in names},
+                    "pid": os.getpid(),
+                    "child_pid": child.pid if child else None,
+                    "humming": _humming_version(),
+                }
+            )
+        )
     if "replay_log" in policy:
         print(Path(policy["replay_log"]).read_text(encoding="utf-8"), end="", flush=True)
     if "exit_at_start" in policy:

@@ -50,14 +50,28 @@ def test_answers_of_another_environment_are_not_replayed(tmp_path: Path) -> None
     config, store = tmp_path / "Model-FP8.yaml", tmp_path / "store"
     config.write_text(CONFIG)
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
-    failed = cli("lm-eval", "--config", config, "--results", store,
-                 env={**policy(die_at=8, lm_eval_log=str(first)),
-                      "HUMMING_MATRIX_SESSION": "humming-0.1.6-cu128"})
+    failed = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        store,
+        env={
+            **policy(die_at=8, lm_eval_log=str(first)),
+            "HUMMING_MATRIX_SESSION": "humming-0.1.6-cu128",
+        },
+    )
     assert failed.returncode == 3, failed.stderr
     assert len(asked(first)) == 7
-    other = cli("lm-eval", "--config", config, "--results", store, "--resume",
-                env={**policy(lm_eval_log=str(second)),
-                     "HUMMING_MATRIX_SESSION": "humming-0.1.6-cu130"})
+    other = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        store,
+        "--resume",
+        env={**policy(lm_eval_log=str(second)), "HUMMING_MATRIX_SESSION": "humming-0.1.6-cu130"},
+    )
     assert other.returncode == 0, other.stderr
     assert "Model-FP8: no earlier answers to resume; asking all" in other.stderr
     assert sorted(asked(second)) == list(range(20))
@@ -66,14 +80,26 @@ def test_answers_of_another_environment_are_not_replayed(tmp_path: Path) -> None
 
 
 def test_a_second_run_of_the_same_config_does_not_clear_the_first_ones_answers(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     config, store, log = tmp_path / "Model-FP8.yaml", tmp_path / "store", tmp_path / "a.jsonl"
     config.write_text(CONFIG)
     first = subprocess.Popen(
-        [sys.executable, "-m", "humming_matrix", "lm-eval", "--config", str(config),
-         "--results", str(store)],
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "lm-eval",
+            "--config",
+            str(config),
+            "--results",
+            str(store),
+        ],
         env={**os.environ, **policy(delay=0.3, lm_eval_log=str(log))},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while (not log.exists() or not log.read_text()) and time.monotonic() < deadline:
@@ -82,7 +108,8 @@ def test_a_second_run_of_the_same_config_does_not_clear_the_first_ones_answers(
         assert second.returncode == 2, second.stderr
         assert second.stderr == (
             "humming-matrix: error: Model-FP8: another run of this config in this environment "
-            f"is using {store / '.lm-eval-cache'}; wait for it to finish\n")
+            f"is using {store / '.lm-eval-cache'}; wait for it to finish\n"
+        )
         assert first.poll() is None  # the first run was left alone
         _, err = first.communicate(timeout=120)
     finally:
@@ -92,7 +119,7 @@ def test_a_second_run_of_the_same_config_does_not_clear_the_first_ones_answers(
 
 
 def test_an_endpoint_that_is_down_is_checked_first(tmp_path: Path) -> None:
-    from humming_matrix.server import free_port
+    from humming_matrix.suite.server import free_port
 
     config = tmp_path / "Model-FP8.yaml"
     config.write_text(CONFIG)

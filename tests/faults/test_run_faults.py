@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from humming_matrix.server import free_port
+from humming_matrix.suite.server import free_port
 from tests.integration.runner_harness import alive, cli, policy_env, records, write_config
 
 pytestmark = [pytest.mark.faults, pytest.mark.usefixtures("vllm_double")]
@@ -54,7 +54,10 @@ def assert_gone(state: Path) -> None:
 def start_run(*args: str | Path, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "humming_matrix", "run", *map(str, args)],
-        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -79,19 +82,30 @@ def test_secrets_are_stored_nowhere(tmp_path: Path) -> None:
     listed = "planted-listed-5d5d"
     state = tmp_path / "double.json"
     config = write_config(
-        tmp_path, threshold=0.5,
-        env={**policy_env({"record": str(state), "echo_args": True,
-                           "record_env": ["HF_TOKEN", "MODEL_SETTINGS"]}),
-             "HF_TOKEN": token, "MODEL_SETTINGS": json_credential.replace("'", "''"),
-             "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype": "float8e4m3"}'},
+        tmp_path,
+        threshold=0.5,
+        env={
+            **policy_env(
+                {
+                    "record": str(state),
+                    "echo_args": True,
+                    "record_env": ["HF_TOKEN", "MODEL_SETTINGS"],
+                }
+            ),
+            "HF_TOKEN": token,
+            "MODEL_SETTINGS": json_credential.replace("'", "''"),
+            "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype": "float8e4m3"}',
+        },
         extra=f'server_args: "--enforce-eager --api-key {user_key} --hf-token {listed}"\n',
     )
-    config.write_text(config.read_text().replace(
-        'server_args: "--enforce-eager --max-model-len 8192"\n', ""))
+    config.write_text(
+        config.read_text().replace('server_args: "--enforce-eager --max-model-len 8192"\n', "")
+    )
     store = tmp_path / "store"
     with reaped(state):
-        done = cli("run", "--config", config, "--results", store, "--limit", "4",
-                   "--secret=--hf-token")
+        done = cli(
+            "run", "--config", config, "--results", store, "--limit", "4", "--secret=--hf-token"
+        )
     assert done.returncode == 0, done.stderr
     assert_gone(state)
     # The server itself got every value...
@@ -111,9 +125,11 @@ def test_secrets_are_stored_nowhere(tmp_path: Path) -> None:
     assert record.config.fields["env"]["MODEL_SETTINGS"] == "***"
     # The humming knob the judging reads is kept.
     assert record.config.fields["env"]["VLLM_HUMMING_INPUT_QUANT_CONFIG"] == (
-        '{"dtype": "float8e4m3"}')
+        '{"dtype": "float8e4m3"}'
+    )
     assert record.config.fields["server_args"] == (
-        "--enforce-eager --api-key '***' --hf-token '***'")
+        "--enforce-eager --api-key '***' --hf-token '***'"
+    )
     assert record.server["args"] == ["--enforce-eager", "--api-key", "***", "--hf-token", "***"]
     log = (store / record.server["log"]).read_text()
     assert "vllm double: non-default args:" in log
@@ -126,11 +142,17 @@ def test_secrets_are_stored_nowhere(tmp_path: Path) -> None:
 def test_a_second_signal_during_teardown_still_kills_the_group(tmp_path: Path) -> None:
     state, asked = tmp_path / "double.json", tmp_path / "asked.txt"
     config = write_config(tmp_path, extra="max_concurrency: 2\n")
-    policy = {"record": str(state), "spawn_child": True, "ignore_sigterm": True, "delay": 0.05,
-              "log_requests": str(asked)}
+    policy = {
+        "record": str(state),
+        "spawn_child": True,
+        "ignore_sigterm": True,
+        "delay": 0.05,
+        "log_requests": str(asked),
+    }
     with reaped(state):
-        proc = start_run("--config", config, "--results", tmp_path / "store",
-                         env=policy_env(policy))
+        proc = start_run(
+            "--config", config, "--results", tmp_path / "store", env=policy_env(policy)
+        )
         wait_for_answers(asked, 5, proc)
         proc.send_signal(signal.SIGINT)  # Ctrl-C: teardown begins, SIGTERM is ignored...
         time.sleep(0.5)
@@ -151,11 +173,12 @@ def test_a_run_started_in_the_background_can_be_interrupted(tmp_path: Path) -> N
     SIGINT, tear its server down and keep what it asked."""
     state, asked, pid_file = tmp_path / "double.json", tmp_path / "asked.txt", tmp_path / "pid"
     config = write_config(tmp_path, extra="max_concurrency: 2\n")
-    policy = {"record": str(state), "spawn_child": True, "delay": 0.05,
-              "log_requests": str(asked)}
-    script = (f'"{sys.executable}" -m humming_matrix run --config "{config}" '
-              f'--results "{tmp_path / "store"}" 2>"{tmp_path / "err"}" & '
-              f'echo $! > "{pid_file}"; wait $!')
+    policy = {"record": str(state), "spawn_child": True, "delay": 0.05, "log_requests": str(asked)}
+    script = (
+        f'"{sys.executable}" -m humming_matrix run --config "{config}" '
+        f'--results "{tmp_path / "store"}" 2>"{tmp_path / "err"}" & '
+        f'echo $! > "{pid_file}"; wait $!'
+    )
     with reaped(state):
         shell = subprocess.Popen(["bash", "-c", script], env={**os.environ, **policy_env(policy)})
         wait_for_answers(asked, 5, shell)
@@ -179,8 +202,14 @@ def test_a_stranger_on_the_port_is_not_scored(tmp_path: Path) -> None:
     state = tmp_path / "double.json"
     config = write_config(tmp_path, questions=5)
     with reaped(state):
-        done = cli("run", "--config", config, "--results", tmp_path / "store",
-                   env=policy_env({"impostor": True, "record": str(state)}))
+        done = cli(
+            "run",
+            "--config",
+            config,
+            "--results",
+            tmp_path / "store",
+            env=policy_env({"impostor": True, "record": str(state)}),
+        )
     assert done.returncode == 3, done.stderr
     assert_gone(state)
     seen = json.loads(state.read_text())
@@ -204,23 +233,34 @@ def test_a_hung_server_is_bounded_by_the_time_limit(tmp_path: Path) -> None:
     config = write_config(tmp_path, extra="max_concurrency: 1\n")
     started = time.monotonic()
     with reaped(state):
-        done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "30",
-                   "--time-limit", "6",
-                   env=policy_env({"hang_at": 11, "record": str(state), "spawn_child": True}),
-                   timeout=60)
+        done = cli(
+            "run",
+            "--config",
+            config,
+            "--results",
+            tmp_path / "store",
+            "--limit",
+            "30",
+            "--time-limit",
+            "6",
+            env=policy_env({"hang_at": 11, "record": str(state), "spawn_child": True}),
+            timeout=60,
+        )
     took = time.monotonic() - started
     assert done.returncode == 3, done.stderr
     assert 6 <= took < 25
     assert_gone(state)
     line = error_line(done.stderr)
-    assert line.startswith("humming-matrix: error: double: not finished within the run's time "
-                           "limit (")
+    assert line.startswith(
+        "humming-matrix: error: double: not finished within the run's time limit ("
+    )
     assert line.endswith(" s left for asking; --time-limit); 20 questions unanswered")
     assert "partial record saved (resume with --resume)" in done.stderr
     [partial] = records(tmp_path / "store")
     assert not partial.complete
     assert [q.error for q in partial.questions] == (
-        [None] * 10 + ["not asked: the run stopped first"] * 20)
+        [None] * 10 + ["not asked: the run stopped first"] * 20
+    )
 
 
 def test_the_error_budget_stops_the_run_at_once(tmp_path: Path) -> None:
@@ -230,30 +270,51 @@ def test_the_error_budget_stops_the_run_at_once(tmp_path: Path) -> None:
     config = write_config(tmp_path, extra="max_concurrency: 1\nrequest_timeout_seconds: 2\n")
     started = time.monotonic()
     with reaped(state):
-        done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "20",
-                   env=policy_env({"hang_at": 3, "record": str(state)}), timeout=90)
+        done = cli(
+            "run",
+            "--config",
+            config,
+            "--results",
+            tmp_path / "store",
+            "--limit",
+            "20",
+            env=policy_env({"hang_at": 3, "record": str(state)}),
+            timeout=90,
+        )
     took = time.monotonic() - started
     assert done.returncode == 3, done.stderr
     assert took < 15
     assert_gone(state)
     assert error_line(done.stderr) == (
         "humming-matrix: error: double: 1 requests failed after 3 retries (allowed 0); "
-        "stopped at once")
+        "stopped at once"
+    )
     [partial] = records(tmp_path / "store")
     assert [q.error for q in partial.questions] == (
-        [None, None, "no answer within 2 s"] + ["not asked: the run stopped first"] * 17)
+        [None, None, "no answer within 2 s"] + ["not asked: the run stopped first"] * 17
+    )
 
 
 def test_an_endpoint_that_is_down_is_checked_first(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
-    done = cli("run", "--config", config, "--results", tmp_path / "store", "--endpoint", url,
-               "--limit", "5")
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        "--endpoint",
+        url,
+        "--limit",
+        "5",
+    )
     assert done.returncode == 3, done.stderr
     assert time.monotonic() - started < 10
     assert error_line(done.stderr).startswith(
-        f"humming-matrix: error: --endpoint {url} does not answer (ConnectError")
+        f"humming-matrix: error: --endpoint {url} does not answer (ConnectError"
+    )
     assert not (tmp_path / "store").exists()
 
 
@@ -264,36 +325,51 @@ def test_a_prompt_longer_than_the_context_is_bad_input(tmp_path: Path) -> None:
     state = tmp_path / "double.json"
     config = write_config(tmp_path, extra="max_concurrency: 1\n")
     with reaped(state):
-        done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "6",
-                   env=policy_env({"bad_request": [2], "record": str(state)}))
+        done = cli(
+            "run",
+            "--config",
+            config,
+            "--results",
+            tmp_path / "store",
+            "--limit",
+            "6",
+            env=policy_env({"bad_request": [2], "record": str(state)}),
+        )
     assert done.returncode == 2, done.stderr
     assert_gone(state)
     assert error_line(done.stderr) == (
         f"humming-matrix: error: {config}: server_args: the server refused question 2: the "
         "prompt and max_tokens do not fit --max-model-len; raise --max-model-len (or lower "
-        "num_fewshot or max_tokens) (HTTP 400: {\"object\": \"error\", \"type\": "
-        "\"BadRequestError\", \"code\": 400, \"message\": \"This model's maximum context length "
+        'num_fewshot or max_tokens) (HTTP 400: {"object": "error", "type": '
+        '"BadRequestError", "code": 400, "message": "This model\'s maximum context length '
         "is 1024 tokens. However, you requested 1210 tokens (954 in the messages, 256 in the "
         "completi)"
     )
     [partial] = records(tmp_path / "store")
-    assert [q.error is None for q in partial.questions] == [True, True, False, False, False,
-                                                            False]
+    assert [q.error is None for q in partial.questions] == [True, True, False, False, False, False]
 
 
 def test_a_cuda_crash_while_serving_is_recorded_as_a_crash(tmp_path: Path) -> None:
     state = tmp_path / "double.json"
     config = write_config(tmp_path, extra="max_concurrency: 1\n")
     with reaped(state):
-        done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "10",
-                   env=policy_env({"cuda_crash_at": 4, "record": str(state)}))
+        done = cli(
+            "run",
+            "--config",
+            config,
+            "--results",
+            tmp_path / "store",
+            "--limit",
+            "10",
+            env=policy_env({"cuda_crash_at": 4, "record": str(state)}),
+        )
     assert done.returncode == 3, done.stderr
     assert_gone(state)
     # The exception's name without its module, as server_log.root_cause reads it.
     cause = "AcceleratorError: CUDA error: an illegal memory access was encountered"
-    assert error_line(done.stderr).endswith(f"while serving (log: "
-                                            f"{next((tmp_path / 'store').glob('*.log'))}): "
-                                            f"{cause}")
+    assert error_line(done.stderr).endswith(
+        f"while serving (log: {next((tmp_path / 'store').glob('*.log'))}): {cause}"
+    )
     [partial] = records(tmp_path / "store")
     assert partial.server["crash"] == {"cuda_error": True, "reason": cause}
     assert not partial.start_failed
@@ -308,8 +384,18 @@ def test_resume_refuses_a_record_of_another_environment(tmp_path: Path) -> None:
     (same config, same humming) must not be finished here."""
     config = write_config(tmp_path, threshold=0.5)
     store = tmp_path / "store"
-    done = cli("run", "--config", config, "--results", store, "--limit", "6", "--retries", "0",
-               env=policy_env({"fail": {"4": 99}}))
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        store,
+        "--limit",
+        "6",
+        "--retries",
+        "0",
+        env=policy_env({"fail": {"4": 99}}),
+    )
     assert done.returncode == 3, done.stderr
     [path] = store.glob("gsm8k__*.json")
     data = json.loads(path.read_text())
@@ -322,5 +408,6 @@ def test_resume_refuses_a_record_of_another_environment(tmp_path: Path) -> None:
     assert done.stderr == (
         f"humming-matrix: error: cannot resume {data['run_id']} of double: it was measured in "
         "another environment (vllm (0.24.0 there, None here)); run without --resume for a "
-        "fresh record\n")
+        "fresh record\n"
+    )
     assert list(store.glob("gsm8k__*.json")) == [other]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix import installation
-from humming_matrix.atomic_files import replace_bytes, replace_file
 from humming_matrix.errors import RecordError
-from humming_matrix.matrix import parse_matrix
-from humming_matrix.report import write_text
-from humming_matrix.results import write_json_atomic
+from humming_matrix.matrix import installation
+from humming_matrix.matrix.cells import parse_matrix
+from humming_matrix.report.build import write_text
+from humming_matrix.store.atomic_files import replace_bytes, replace_file
+from humming_matrix.store.results import write_json_atomic
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o077])

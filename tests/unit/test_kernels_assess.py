@@ -34,16 +34,21 @@ def _units(out: F64, x: F64, w: F64, rows: npt.NDArray[np.int64] | None = None) 
     for label in np.unique(labels):
         sel = labels == label
         err = np.sqrt(((out[sel] - ref[sel]) ** 2).sum(0))
-        bound = channel_bound(np.sqrt((ref[sel] ** 2).sum(0)), np.sqrt(natural[sel].sum(0)),
-                              np.sqrt((absolute[sel] ** 2).sum(0)), K)
+        bound = channel_bound(
+            np.sqrt((ref[sel] ** 2).sum(0)),
+            np.sqrt(natural[sel].sum(0)),
+            np.sqrt((absolute[sel] ** 2).sum(0)),
+            K,
+        )
         worst = max(worst, float((err / bound).max()))
     return worst
 
 
 def _split_k(x: F64, w: F64, splits: int) -> F64:
     """A split-K kernel whose partial sums are rounded to bf16, then summed and rounded again."""
-    parts = [bf16_round((x[:, s::splits] @ w[:, s::splits].T).astype(np.float32))
-             for s in range(splits)]
+    parts = [
+        bf16_round((x[:, s::splits] @ w[:, s::splits].T).astype(np.float32)) for s in range(splits)
+    ]
     return bf16_round(np.sum(parts, axis=0, dtype=np.float32)).astype(np.float64)
 
 
@@ -74,9 +79,19 @@ def test_a_single_bad_expert_is_caught_per_expert_not_pooled() -> None:
 
 
 def _batch(**extra: Any) -> dict[str, Any]:
-    return {"m": 16, "rel_err": [2e-3], "worst_row_rel_err": [4e-3], "floor": 1.6e-3,
-            "nan": 0, "inf": 0, "bound": BOUND, "err_units": [0.2],
-            "worst_channel_units": [0.6], "deterministic": [True], **extra}
+    return {
+        "m": 16,
+        "rel_err": [2e-3],
+        "worst_row_rel_err": [4e-3],
+        "floor": 1.6e-3,
+        "nan": 0,
+        "inf": 0,
+        "bound": BOUND,
+        "err_units": [0.2],
+        "worst_channel_units": [0.6],
+        "deterministic": [True],
+        **extra,
+    }
 
 
 def test_batch_states_from_bound_units() -> None:
@@ -87,7 +102,8 @@ def test_batch_states_from_bound_units() -> None:
     # Quantized activations: no further from the unquantized product than 2x the quantizer.
     assert assess_batch(_batch(rel_err_vs_unquantized=[0.05], quant_err=[0.024])) is CaseState.OK
     assert assess_batch(_batch(rel_err_vs_unquantized=[0.06], quant_err=[0.024])) is (
-        CaseState.FAIL)
+        CaseState.FAIL
+    )
     # Units written under another bound (the first device trial's) are not judged by this one:
     # the floor rule applies (mean rel_err 2e-3 < 16 x 1.6e-3).
     assert assess_batch(_batch(bound="trial", worst_channel_units=[40.0])) is CaseState.OK

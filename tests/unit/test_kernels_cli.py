@@ -16,7 +16,7 @@ import pytest
 from humming_matrix.cli import build_parser
 from humming_matrix.cli.kernels import handle
 from humming_matrix.errors import ExitCode, InfrastructureError, UntestableError
-from humming_matrix.results import RecordKind, record_paths
+from humming_matrix.store.results import RecordKind, record_paths
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLES = REPO / "tests" / "doubles"
@@ -29,29 +29,50 @@ QWEN_FP8 = "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8"
 
 
 def test_without_a_gpu_kernels_exits_3_with_one_line(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(DOUBLES / "torch_without_cuda"), str(REPO / "src")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DOUBLES / "torch_without_cuda"), str(REPO / "src")]),
+    )
     done = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "kernels", "--results", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 3
     assert done.stderr == (
-        "humming-matrix: error: kernels needs a CUDA GPU: "
-        "torch 0.0.0+double sees no CUDA GPU\n"
+        "humming-matrix: error: kernels needs a CUDA GPU: torch 0.0.0+double sees no CUDA GPU\n"
     )
     assert list(tmp_path.iterdir()) == []
 
 
 def _args(tmp_path: Path, *extra: str) -> list[str]:
-    return ["kernels", "--results", str(tmp_path / "store"), "--cases", "moe-gate-up-mxfp4-*k4",
-            "moe-gate-up-mxfp4-*k8",
-            "--batch-sizes", "1,2048", "--draws", "2", "--repeats", "5", "--timeout", "20",
-            "--workdir", str(tmp_path / "work"), *extra]
+    return [
+        "kernels",
+        "--results",
+        str(tmp_path / "store"),
+        "--cases",
+        "moe-gate-up-mxfp4-*k4",
+        "moe-gate-up-mxfp4-*k8",
+        "--batch-sizes",
+        "1,2048",
+        "--draws",
+        "2",
+        "--repeats",
+        "5",
+        "--timeout",
+        "20",
+        "--workdir",
+        str(tmp_path / "work"),
+        *extra,
+    ]
 
 
-def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, object],
-         *extra: str) -> int:
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, object], *extra: str
+) -> int:
     monkeypatch.setenv("KERNEL_WORKER_DOUBLE", json.dumps(policy))
     args = build_parser().parse_args(_args(tmp_path, *extra))
     return handle(args, gpu_check=lambda: None, worker=WORKER)
@@ -65,10 +86,14 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())
     assert record["kind"] == "kernels"
-    assert record["settings"] == {"batch_sizes": [1, 2048], "repeats": 5, "draws": 2, "seed": 0,
-                                  "timeout_s": 20.0}
-    assert [c["name"] for c in record["cases"]] == [
-        OSS, OSS_FP8, QWEN, QWEN_FP8]
+    assert record["settings"] == {
+        "batch_sizes": [1, 2048],
+        "repeats": 5,
+        "draws": 2,
+        "seed": 0,
+        "timeout_s": 20.0,
+    }
+    assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
     assert record["environment"]["worker"]["humming_kernels"] == "0.0.0-double"
     assert record["ceilings"] == {"bf16_tflops": 800.0, "copy_gbps": 4300.0}
@@ -93,8 +118,7 @@ def test_a_hang_is_recorded_and_fails_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The timeout runs from the worker's launch: it must cover a start on a loaded machine.
-    code = _run(tmp_path, monkeypatch, {"cases": {OSS_FP8: "hang"}},
-                "--timeout", "3")
+    code = _run(tmp_path, monkeypatch, {"cases": {OSS_FP8: "hang"}}, "--timeout", "3")
     assert code == ExitCode.FAILED
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())
@@ -110,14 +134,18 @@ def test_unimportable_humming_is_untestable_125_and_still_recorded(
     assert info.value.exit_code == 125
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     assert str(info.value) == (
-        f"humming cannot be imported here (OSError: undefined symbol: _ZN3c10); see {path}")
+        f"humming cannot be imported here (OSError: undefined symbol: _ZN3c10); see {path}"
+    )
     assert json.loads(path.read_text())["import_error"] == "OSError: undefined symbol: _ZN3c10"
 
 
 def test_bad_usage_is_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "kernels", "--cases", "nope*"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
     )
     assert done.returncode == 2
@@ -138,8 +166,11 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
         deadline = time.monotonic() + 60
         while not hanging.is_set() and time.monotonic() < deadline:
             lines = events.read_text().splitlines() if events.exists() else []
-            if any(json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
-                   for x in lines if x.endswith("}")):
+            if any(
+                json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
+                for x in lines
+                if x.endswith("}")
+            ):
                 break
             hanging.wait(0.02)
         if not hanging.is_set():
@@ -149,9 +180,13 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
     timer.start()
     try:
         with pytest.raises(InfrastructureError) as info:
-            _run(tmp_path, monkeypatch,
-                 {"cases": {QWEN: "hang"}, "pids": str(pids)},
-                 "--timeout", "120")
+            _run(
+                tmp_path,
+                monkeypatch,
+                {"cases": {QWEN: "hang"}, "pids": str(pids)},
+                "--timeout",
+                "120",
+            )
     finally:
         hanging.set()
         timer.join()

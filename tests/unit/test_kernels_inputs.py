@@ -148,7 +148,8 @@ def test_select_cases_and_batch_sizes() -> None:
     with pytest.raises(UsageError) as no_case:
         select_cases(["nothing*"], SUITE)
     assert str(no_case.value) == (
-        "--cases 'nothing*' matches no case; cases: " + ", ".join(c.name for c in SUITE))
+        "--cases 'nothing*' matches no case; cases: " + ", ".join(c.name for c in SUITE)
+    )
     assert parse_batch_sizes(["1,2048", "64", "1"]) == (1, 64, 2048)
     with pytest.raises(UsageError, match=r"^--batch-sizes: '0' is not a positive integer$"):
         parse_batch_sizes(["0"])

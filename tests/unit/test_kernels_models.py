@@ -37,8 +37,9 @@ def test_every_list_entry_exists() -> None:
 
 
 def test_shapes_table_covers_every_listed_model() -> None:
-    models = {str(yaml.safe_load((MIRROR / n).read_text())["model_name"])
-              for n in listed_configs(MIRROR)}
+    models = {
+        str(yaml.safe_load((MIRROR / n).read_text())["model_name"]) for n in listed_configs(MIRROR)
+    }
     assert models <= set(CHECKPOINTS), sorted(models - set(CHECKPOINTS))
     assert {arch for arch, _ in CHECKPOINTS.values()} <= set(ARCHITECTURES)
     for arch in ARCHITECTURES.values():
@@ -50,10 +51,12 @@ def test_uses_are_derived_from_the_mirrored_lists() -> None:
     assert uses == USES
     # The one listed config with an activation format the reference does not model.
     assert skipped == UNMODELLED
-    assert [(s.config, s.reason) for s in skipped] == [(
-        "Qwen3-30B-A3B-online-int4-w4a4-hadamard-humming.yaml",
-        "activation {'dtype': 'int4'} has no modelled quantizer",
-    )]
+    assert [(s.config, s.reason) for s in skipped] == [
+        (
+            "Qwen3-30B-A3B-online-int4-w4a4-hadamard-humming.yaml",
+            "activation {'dtype': 'int4'} has no modelled quantizer",
+        )
+    ]
 
 
 def test_suite_is_deduplicated_layers_of_the_built_schemes() -> None:
@@ -86,33 +89,46 @@ def test_refresh_mirrors_removes_stale_and_refuses_a_dangling_entry(tmp_path: Pa
     dest = tmp_path / "mirror"
     dest.mkdir()
     (dest / "gone.yaml").write_text("old")
-    done = subprocess.run([sys.executable, str(TOOL), str(vllm), "--dest", str(dest)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, str(TOOL), str(vllm), "--dest", str(dest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert (done.returncode, done.stdout) == (0, f"2 files mirrored into {dest}\n")
     assert sorted(p.name for p in dest.iterdir()) == ["SOURCE", "a.yaml", "config.txt"]
     assert (dest / "a.yaml").read_text() == "model_name: a\n"
     (vllm / "tests/evals/gsm8k/configs/humming/config.txt").write_text("a.yaml\nb.yaml\n")
-    bad = subprocess.run([sys.executable, str(TOOL), str(vllm), "--dest", str(dest)],
-                         capture_output=True, text=True, check=False)
+    bad = subprocess.run(
+        [sys.executable, str(TOOL), str(vllm), "--dest", str(dest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode == 2
-    assert bad.stderr.endswith("config.txt: names b.yaml, which "
-                               f"{vllm}/tests/evals/gsm8k/configs/humming lacks\n")
+    assert bad.stderr.endswith(
+        f"config.txt: names b.yaml, which {vllm}/tests/evals/gsm8k/configs/humming lacks\n"
+    )
 
 
-@pytest.mark.parametrize(("server_args", "kinds"), [
-    ("--moe-backend humming", [GemmKind.MOE]),
-    ("--linear-backend humming", [GemmKind.DENSE]),
-    ("--quantization humming", [GemmKind.MOE, GemmKind.DENSE]),
-])
-def test_backends_pick_the_layers(tmp_path: Path, server_args: str,
-                                  kinds: list[GemmKind]) -> None:
+@pytest.mark.parametrize(
+    ("server_args", "kinds"),
+    [
+        ("--moe-backend humming", [GemmKind.MOE]),
+        ("--linear-backend humming", [GemmKind.DENSE]),
+        ("--quantization humming", [GemmKind.MOE, GemmKind.DENSE]),
+    ],
+)
+def test_backends_pick_the_layers(tmp_path: Path, server_args: str, kinds: list[GemmKind]) -> None:
     (tmp_path / "c.yaml").write_text(
         f'model_name: "openai/gpt-oss-20b"\nserver_args: >-\n  {server_args}\n'
-        "env:\n  VLLM_HUMMING_INPUT_QUANT_CONFIG: '{\"dtype\":\"int8\"}'\n")
+        'env:\n  VLLM_HUMMING_INPUT_QUANT_CONFIG: \'{"dtype":"int8"}\'\n'
+    )
     (tmp_path / "l.txt").write_text("c.yaml\n")
     uses, _ = derive_uses(tmp_path)
     assert [(u.arch, u.scheme, u.activation, u.kind) for u in uses] == sorted(
-        [("gpt-oss-20b", "mxfp4", "int8", k) for k in kinds], key=lambda t: t[3].value)
+        [("gpt-oss-20b", "mxfp4", "int8", k) for k in kinds], key=lambda t: t[3].value
+    )
 
 
 def test_list_prints_the_cases_and_what_no_case_covers(capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,9 +136,13 @@ def test_list_prints_the_cases_and_what_no_case_covers(capsys: pytest.CaptureFix
 
     assert main(["kernels", "--list", "--cases", "qkv-mxfp4-*"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:2] == ["qkv-mxfp4-bf16-5120x2048\tqwen3-30b-a3b\tqkv",
-                         "qkv-mxfp4-fp8-e4m3-5120x2048\tqwen3-30b-a3b\tqkv"]
-    assert lines[2] == ("not covered: Qwen3-30B-A3B-online-int4-w4a4-hadamard-humming.yaml: "
-                        "activation {'dtype': 'int4'} has no modelled quantizer")
+    assert lines[:2] == [
+        "qkv-mxfp4-bf16-5120x2048\tqwen3-30b-a3b\tqkv",
+        "qkv-mxfp4-fp8-e4m3-5120x2048\tqwen3-30b-a3b\tqkv",
+    ]
+    assert lines[2] == (
+        "not covered: Qwen3-30B-A3B-online-int4-w4a4-hadamard-humming.yaml: "
+        "activation {'dtype': 'int4'} has no modelled quantizer"
+    )
     assert len(lines) == 2 + 1 + len(suite_from(USES)[1])
     assert len(set(lines)) == len(lines)

@@ -13,7 +13,7 @@ import numpy as np
 from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import Mxfp4Weights, digest, make_weights
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.probe import Events, _work, describe, load_weights
+from humming_matrix.kernels.runner import Events, _work, describe, load_weights
 
 SMALL_MOE = KernelCase(
     name="moe-mxfp4-bf16-small",

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from humming_matrix.cli import main
-from humming_matrix.compare import Settings
 from humming_matrix.errors import UsageError
+from humming_matrix.judge.compare import Settings
 from humming_matrix.kernels.judge import Verdict, compare_kernel_records
-from humming_matrix.report import StoreReport, build_report
-from humming_matrix.report_junit import store_junit
-from humming_matrix.report_markdown import store_markdown
-from humming_matrix.results import write_record
+from humming_matrix.report.build import StoreReport, build_report
+from humming_matrix.report.junit import store_junit
+from humming_matrix.report.markdown import store_markdown
+from humming_matrix.store.results import write_record
 
 from .test_compare import make_record
 
@@ -112,10 +112,16 @@ def test_regressions_come_first_then_other_failures(report: StoreReport) -> None
     ]
     # Everything after the failures passes: fixed, same, and the baseline's good cases.
     assert {r.verdict for r in section.rows[len(failing) :]} == {
-        Verdict.CHANGED, Verdict.FIXED, Verdict.SAME, Verdict.STILL_BROKEN, None}
+        Verdict.CHANGED,
+        Verdict.FIXED,
+        Verdict.SAME,
+        Verdict.STILL_BROKEN,
+        None,
+    }
     assert all(not r.failed for r in section.rows[len(failing) :])
-    changed = [(r.case, r.version.cell.humming) for r in section.rows
-               if r.verdict is Verdict.CHANGED]
+    changed = [
+        (r.case, r.version.cell.humming) for r in section.rows if r.verdict is Verdict.CHANGED
+    ]
     assert len(changed) == 49
     assert set(CHANGED) <= set(changed)
 
@@ -156,8 +162,7 @@ def test_markdown_versions_by_cases_table_and_judged_rows(report: StoreReport) -
     text = store_markdown(report)
     assert text.startswith("## humming-matrix report: kernel tier across humming-kernels versions")
     assert (
-        "**38 failing** of 147 results (7 cases x 21 environments), 8 of them regressions"
-        in text
+        "**38 failing** of 147 results (7 cases x 21 environments), 8 of them regressions" in text
     )
     versions = table_after(text, "### Versions x cases")
     assert len(versions) == 21
@@ -181,8 +186,16 @@ def test_markdown_versions_by_cases_table_and_judged_rows(report: StoreReport) -
         "nonfinite 0.405 ms",
         "-",
     ]
-    assert versions[13] == ["0.1.13 (partial)", "ok 0.105 ms", "ok 0.157 ms", "ok 0.295 ms",
-                            "-", "-", "-", "-"]
+    assert versions[13] == [
+        "0.1.13 (partial)",
+        "ok 0.105 ms",
+        "ok 0.157 ms",
+        "ok 0.295 ms",
+        "-",
+        "-",
+        "-",
+        "-",
+    ]
     rows = table_after(text, "## humming-matrix report: kernel tier")
     assert [(r[1], r[2], r[5]) for r in rows[:2]] == [
         (QKV, "0.1.8 (partial)", Verdict.NEWLY_BROKEN),
@@ -227,9 +240,16 @@ def test_junit_one_testcase_per_environment_and_case(report: StoreReport) -> Non
     )
     props = {p.get("name"): p.get("value") for p in first.iter("property")}
     assert (props["kind"], props["state"], props["verdict"], props["largest_batch"]) == (
-        "kernels", "nonfinite", "newly-broken", "2048")
+        "kernels",
+        "nonfinite",
+        "newly-broken",
+        "2048",
+    )
     assert (props["m64_verdict"], props["m1_verdict"], props["complete"]) == (
-        "newly-broken", "worse", "false")
+        "newly-broken",
+        "worse",
+        "false",
+    )
     assert float(props["median_ms"] or "") == pytest.approx(0.104, abs=5e-4)
     missing = {(c.get("classname"), c.get("name")): c for c in cases}["kernels-0.1.9", GPTQ]
     error = missing.find("error")
@@ -279,15 +299,18 @@ def test_a_store_of_gsm8k_and_kernel_records_renders_both(
         ("kernels-0.1.10", QKV_FP8),
         ("kernels-0.1.6", QKV_FP8),
     ]
-    assert sorted(names[5:]) == sorted([
-        *(("kernels-0.1.10", case) for case in CASES if case not in (QKV_FP8, GPTQ)),
-        *(("kernels-0.1.6", case) for case in CASES if case != QKV_FP8),
-    ])
+    assert sorted(names[5:]) == sorted(
+        [
+            *(("kernels-0.1.10", case) for case in CASES if case not in (QKV_FP8, GPTQ)),
+            *(("kernels-0.1.6", case) for case in CASES if case != QKV_FP8),
+        ]
+    )
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("16", "2", "1")
     assert main(["report", str(store)]) == 0
     text = capsys.readouterr().out
     assert text.index("## humming-matrix report: GSM8K") < text.index(
-        "## humming-matrix report: kernel tier")
+        "## humming-matrix report: kernel tier"
+    )
 
 
 def test_report_command_on_a_store_of_kernel_records_only(

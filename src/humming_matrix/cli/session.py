@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from humming_matrix import distributions, environment, installation
-from humming_matrix.config import load_configs
+from humming_matrix import distributions, environment
+from humming_matrix.ci.slots import CUDA_ENV, Holder, SlotPool
 from humming_matrix.errors import (
     ExitCode,
     HummingMatrixError,
@@ -33,16 +33,17 @@ from humming_matrix.errors import (
     UntestableError,
     UsageError,
 )
-from humming_matrix.installation import Outcome, Stage
-from humming_matrix.matrix import (
+from humming_matrix.matrix import installation
+from humming_matrix.matrix.cells import (
     CHECKOUT_CONFIG_LIST,
     MATRIX_ENV,
     Cell,
     checkout_file,
     load_matrix,
 )
-from humming_matrix.preflight import PreflightReport, run_preflight
-from humming_matrix.slots import CUDA_ENV, Holder, SlotPool
+from humming_matrix.matrix.installation import Outcome, Stage
+from humming_matrix.matrix.preflight import PreflightReport, run_preflight
+from humming_matrix.suite.config import load_configs
 
 PREFLIGHT_ONLY_ENV = "HUMMING_MATRIX_PREFLIGHT_ONLY"
 
@@ -229,8 +230,9 @@ def execute(
 def _pipeline(
     args: argparse.Namespace, cell: Cell, path: Path, seams: Seams, environ: Mapping[str, str]
 ) -> int:
-    record = replace(installation.capture(cell, packages=seams.packages()),
-                     install_seconds=args.install_seconds)
+    record = replace(
+        installation.capture(cell, packages=seams.packages()), install_seconds=args.install_seconds
+    )
     if args.install_failed:
         message = (
             f"{cell.session}: installing the cell failed (the installer's error is above); "

@@ -125,8 +125,10 @@ class BuiltLayer:
         if moe is None:
             return None
         config, _ = self.moe_tuning(rows)
-        return {k: v if isinstance(v, int | float | str | bool | None) else str(v)
-                for k, v in config.items()}
+        return {
+            k: v if isinstance(v, int | float | str | bool | None) else str(v)
+            for k, v in config.items()
+        }
 
     def call(self, x: torch.Tensor, moe: Moe | None) -> Callable[[], torch.Tensor]:
         """A no-argument function that runs the layer once on `x` (and the routing)."""
@@ -214,8 +216,9 @@ def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLaye
                 # Checkpoint bytes are bytes: e8m0 scales stored as uint8 are the same exponents.
                 # load_state_dict would convert values instead (2**-7 -> 0 as uint8).
                 if tensor.element_size() != torch.empty((), dtype=want).element_size():
-                    raise Unsupported(f"tensor {name!r}: layer wants {want}, checkpoint is "
-                                      f"{tensor.dtype}")
+                    raise Unsupported(
+                        f"tensor {name!r}: layer wants {want}, checkpoint is {tensor.dtype}"
+                    )
                 tensors[name] = tensor.view(want)
         layer.load_from_tensors(tensors)
         layer = layer.to(device)

@@ -127,8 +127,10 @@ def out_of_tolerance(batch: Mapping[str, Any]) -> str | None:
             for got, q in zip(vs_plain, quant, strict=False):
                 limit = QUANTIZED_ACTIVATION_FACTOR * q + OUTPUT_ROUNDINGS * BF16_UNIT
                 if got > limit:
-                    return (f"rel_err_vs_unquantized {got:.3g} > {limit:.3g} "
-                            f"(2 x the modelled quantizer's {q:.3g} + 2u)")
+                    return (
+                        f"rel_err_vs_unquantized {got:.3g} > {limit:.3g} "
+                        f"(2 x the modelled quantizer's {q:.3g} + 2u)"
+                    )
         return None
     errs = _numbers(batch, "rel_err")
     worst = _numbers(batch, "worst_row_rel_err")

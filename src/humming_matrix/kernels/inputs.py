@@ -102,8 +102,9 @@ def _row_exponents(case: KernelCase, rng: np.random.Generator, base: int) -> npt
     return (base + offsets[None, :] + spread + outliers).astype(np.int32)
 
 
-def _wide(rng: np.random.Generator, shape: tuple[int, ...], low: int, high: int) -> npt.NDArray[
-        np.int32]:
+def _wide(
+    rng: np.random.Generator, shape: tuple[int, ...], low: int, high: int
+) -> npt.NDArray[np.int32]:
     """Scale exponents stepping across [low, high] within one tensor: each expert (or the dense
     tensor) gets a span that grows from a few binades to the whole range, 2 % of groups are
     outliers at the top, and 1/8 of the experts are near-dead (their scales at the bottom)."""
@@ -130,7 +131,8 @@ def make_weights(case: KernelCase, seed: int) -> Weights:
         if wide:
             # e8m0 exponents whose values keep products finite in bf16/fp32: 2**-40 .. 2**20.
             scales = _wide(rng, (experts, n, k // g), E8M0_BIAS - 40, E8M0_BIAS + 20).astype(
-                np.uint8)
+                np.uint8
+            )
         else:
             # Group max near 6 * 2**(e - 127) ~ 0.05 for a typical row: e ~ 120.
             rows = _row_exponents(case, rng, base=E8M0_BIAS - 7)

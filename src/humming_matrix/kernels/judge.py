@@ -243,7 +243,7 @@ def _fmt_ratio(v: CaseVerdict) -> str:
 
 
 def speed_change(v: CaseVerdict) -> str:
-    """"slower 1.90x" / "faster 9.09x": the factor a reader expects after the word (a time
+    """ "slower 1.90x" / "faster 9.09x": the factor a reader expects after the word (a time
     ratio of 0.11 is 9.09x faster, never "faster 0.11x"); "" when the time did not change."""
     if v.time_ratio is None or v.time_ratio <= 0:
         return ""
@@ -283,15 +283,26 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                 key = (name, int(batch["m"]))
                 slot = acc.setdefault(
                     key,
-                    {"states": [], "rel": [], "worst": [], "floor": [], "med": [], "spread": [],
-                     "inputs": set(), "outputs": set(), "reason": None, "config": None,
-                     "deterministic": True},
+                    {
+                        "states": [],
+                        "rel": [],
+                        "worst": [],
+                        "floor": [],
+                        "med": [],
+                        "spread": [],
+                        "inputs": set(),
+                        "outputs": set(),
+                        "reason": None,
+                        "config": None,
+                        "deterministic": True,
+                    },
                 )
                 # Batches with numbers are re-judged by the current tolerance, whatever state the
                 # record was written with; a state the numbers cannot show (crash, hang) stays.
                 stored = batch.get("state")
-                b_state = (assess_batch(batch) if batch.get("rel_err") or not stored
-                           else CaseState(stored))
+                b_state = (
+                    assess_batch(batch) if batch.get("rel_err") or not stored else CaseState(stored)
+                )
                 slot["states"].append(b_state)
                 if batch.get("error"):
                     slot["reason"] = batch["error"]
@@ -351,8 +362,7 @@ def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float, str]:
     if -delta > bound:
         return Verdict.IMPROVED, delta, bound, ""
     direction = "away from" if delta > 0 else "toward"
-    size = (f"rel. error {delta:+.2g} ({direction} the reference), "
-            f"worst channel {worst_delta:+.2g}")
+    size = f"rel. error {delta:+.2g} ({direction} the reference), worst channel {worst_delta:+.2g}"
     # Output bytes say something only where relaunches are bit-identical on both sides.
     if b.output_sha256 and c.output_sha256 and b.deterministic and c.deterministic:
         if b.output_sha256 & c.output_sha256:
@@ -438,7 +448,12 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         return CaseVerdict(name, m, fixed, TimeVerdict.UNKNOWN, b, c)
     if b.input_sha256 and c.input_sha256 and b.input_sha256 != c.input_sha256:
         return CaseVerdict(
-            name, m, Verdict.INCOMPARABLE, TimeVerdict.UNKNOWN, b, c,
+            name,
+            m,
+            Verdict.INCOMPARABLE,
+            TimeVerdict.UNKNOWN,
+            b,
+            c,
             note="the two sides ran on different input bytes (seed or generator differ)",
         )
     if not b.rel_err or not c.rel_err:
@@ -448,8 +463,11 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         # An erratic candidate must not hide behind its own spread: out of tolerance (or not
         # bit-identical on relaunch) after a baseline within it is worse whatever the noise says.
         verdict = Verdict.WORSE
-        note = ("out of tolerance; the baseline was within it" if c.state is CaseState.FAIL
-                else f"{c.state.value}; the baseline was not")
+        note = (
+            "out of tolerance; the baseline was within it"
+            if c.state is CaseState.FAIL
+            else f"{c.state.value}; the baseline was not"
+        )
     elif b.state is not CaseState.OK and c.state is CaseState.OK:
         verdict, note = Verdict.FIXED, f"{b.state.value} before, within tolerance now"
     if b.kernel_config and c.kernel_config and b.kernel_config != c.kernel_config:

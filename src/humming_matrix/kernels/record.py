@@ -21,7 +21,7 @@ from typing import Any
 from humming_matrix.errors import RecordError
 from humming_matrix.kernels.assess import CaseState, assess_case
 from humming_matrix.kernels.watchdog import SuiteRun
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     SCHEMA_VERSION,
     RecordKind,
     read_json,
@@ -74,9 +74,7 @@ def build_record(
         state, batches = assess_case(result)
         entry = {k: v for k, v in result.items() if k != "case"}
         spec = result.get("case", {})
-        entry.update(
-            name=spec.get("name"), spec=spec, state=state.value, batches=batches
-        )
+        entry.update(name=spec.get("name"), spec=spec, state=state.value, batches=batches)
         cases.append(entry)
     counts = Counter(c["state"] for c in cases)
     env = dict(environment)

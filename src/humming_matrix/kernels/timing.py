@@ -83,8 +83,14 @@ def time_graph(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> Timing:
     except Exception as exc:  # capture is not supported by every release's launch path
         torch.cuda.synchronize()
         eager = time_kernel(fn, repeats, warmup)
-        return Timing(eager.median_ms, eager.mad_ms, eager.min_ms, eager.repeats, False,
-                      f"{type(exc).__name__}: {exc}"[:300])
+        return Timing(
+            eager.median_ms,
+            eager.mad_ms,
+            eager.min_ms,
+            eager.repeats,
+            False,
+            f"{type(exc).__name__}: {exc}"[:300],
+        )
     timing = time_kernel(graph.replay, repeats, warmup)
     del graph
     return Timing(timing.median_ms, timing.mad_ms, timing.min_ms, timing.repeats, True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from humming_matrix import environment, process_group, server
+from humming_matrix import environment, process_group
 from humming_matrix.errors import ConfigError, InfrastructureError, UsageError
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.lmeval.record import (
@@ -36,7 +36,7 @@ from humming_matrix.lmeval.record import (
 from humming_matrix.lmeval.tasks import write_task_dir
 from humming_matrix.lmeval.worker import EXIT_UNKNOWN_TASK
 from humming_matrix.progress import Progress
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     ConfigInfo,
     RecordKind,
     Secrets,
@@ -47,7 +47,8 @@ from humming_matrix.results import (
     stored_config_fields,
     utc_now_iso,
 )
-from humming_matrix.server import log_tail
+from humming_matrix.suite import server
+from humming_matrix.suite.server import log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
 CACHE_DIR = ".lm-eval-cache"
@@ -78,8 +79,11 @@ class AnswerCache:
     @classmethod
     def of(cls, store: Path, config: LmEvalConfig, env: Mapping[str, Any]) -> AnswerCache:
         humming = env.get("humming_kernels") or "unknown"
-        return cls(store / CACHE_DIR /
-                   f"{config.name}-{config.sha256[:12]}-{humming}-{identity_digest(env)[:12]}")
+        return cls(
+            store
+            / CACHE_DIR
+            / f"{config.name}-{config.sha256[:12]}-{humming}-{identity_digest(env)[:12]}"
+        )
 
     def files(self) -> list[Path]:
         if not self.base.parent.is_dir():
@@ -97,8 +101,11 @@ class AnswerCache:
         lives apart from the cache (an flock, released by the kernel however the run ends)."""
         locks = self.base.parent.parent / LOCK_DIR
         locks.mkdir(parents=True, exist_ok=True)
-        fd = os.open(locks / f"{self.base.name}.lock",
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            locks / f"{self.base.name}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+        )
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -113,8 +120,9 @@ class AnswerCache:
 
 
 class Launcher(Protocol):
-    def __call__(self, spec: server.ServerSpec,
-                 log_path: Path) -> contextlib.AbstractContextManager[server.RunningServer]: ...
+    def __call__(
+        self, spec: server.ServerSpec, log_path: Path
+    ) -> contextlib.AbstractContextManager[server.RunningServer]: ...
 
 
 def effective_limit(config: LmEvalConfig, cap: int | None) -> int | float | None:
@@ -141,8 +149,9 @@ def model_args(config: LmEvalConfig, url: str) -> dict[str, Any]:
     }
 
 
-def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool,
-                       api_key: str | None = None) -> dict[str, str]:
+def worker_environment(
+    base: Mapping[str, str], scratch: Path, offline: bool, api_key: str | None = None
+) -> dict[str, str]:
     env = dict(base)
     if api_key is not None:
         # lm-eval's local-completions and local-chat-completions send it as a bearer token.
@@ -155,16 +164,24 @@ def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool,
     return env
 
 
-def run_worker(command: list[str], env: Mapping[str, str], log_path: Path,
-               check: Callable[[], None]) -> int:
+def run_worker(
+    command: list[str], env: Mapping[str, str], log_path: Path, check: Callable[[], None]
+) -> int:
     """Run lm-eval's worker in its own process group, its output appended to `log_path`.
 
     `check` is polled while it runs (the server's liveness); whatever it raises stops the worker,
     as does Ctrl-C; the whole group is always gone on return.
     """
-    with log_path.open("ab") as log, process_group.group(
-        command, grace=TERM_GRACE_SECONDS, env=env, stdout=log, stderr=subprocess.STDOUT,
-    ) as process:
+    with (
+        log_path.open("ab") as log,
+        process_group.group(
+            command,
+            grace=TERM_GRACE_SECONDS,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ) as process,
+    ):
         while process.poll() is None:
             check()
             time.sleep(POLL_SECONDS)
@@ -201,22 +218,36 @@ class LmEvalSuite:
         run_id = new_run_id()
         store = self.settings.results
         store.mkdir(parents=True, exist_ok=True)
-        stem = record_filename(RecordKind.LM_EVAL, config.name, env.get("humming_kernels"),
-                               run_id).removesuffix(".json")
+        stem = record_filename(
+            RecordKind.LM_EVAL, config.name, env.get("humming_kernels"), run_id
+        ).removesuffix(".json")
         worker_log = store / f"{stem}.lm-eval.log"
         limit = effective_limit(config, self.settings.limit)
         spec = config.server_spec(self.settings.tp_size)
         cache = AnswerCache.of(store, config, env)
         with cache.held(config):
-            return self._run_holding(config, env, run_id, store, stem, worker_log, limit, spec,
-                                     cache)
+            return self._run_holding(
+                config, env, run_id, store, stem, worker_log, limit, spec, cache
+            )
 
-    def _run_holding(self, config: LmEvalConfig, env: dict[str, Any], run_id: str, store: Path,
-                     stem: str, worker_log: Path, limit: int | float | None,
-                     spec: server.ServerSpec, cache: AnswerCache) -> tuple[LmEvalRecord, Path]:
+    def _run_holding(
+        self,
+        config: LmEvalConfig,
+        env: dict[str, Any],
+        run_id: str,
+        store: Path,
+        stem: str,
+        worker_log: Path,
+        limit: int | float | None,
+        spec: server.ServerSpec,
+        cache: AnswerCache,
+    ) -> tuple[LmEvalRecord, Path]:
         secrets = Secrets.gather(spec.args, spec.env)
-        server_info: dict[str, Any] = {"model": spec.model, "args": secrets.argv(spec.args),
-                                       "env": redact_config_env(spec.env)}
+        server_info: dict[str, Any] = {
+            "model": spec.model,
+            "args": secrets.argv(spec.args),
+            "env": redact_config_env(spec.env),
+        }
         resumed = self.settings.resume and bool(cache.files())
         if not self.settings.resume:
             cache.clear()
@@ -224,12 +255,15 @@ class LmEvalSuite:
             self.progress.stage(f"{config.name}: no earlier answers to resume; asking all")
         started = self.clock()
         try:
-            output, tasks = self._run_lm_eval(config, store, stem, limit, spec, server_info,
-                                              cache, worker_log)
+            output, tasks = self._run_lm_eval(
+                config, store, stem, limit, spec, server_info, cache, worker_log
+            )
         except (InfrastructureError, KeyboardInterrupt):
             if cache.files():
-                self.progress.stage(f"{config.name}: the answers so far are kept in "
-                                    f"{cache.base.parent}; finish with --resume")
+                self.progress.stage(
+                    f"{config.name}: the answers so far are kept in "
+                    f"{cache.base.parent}; finish with --resume"
+                )
             raise
         # A malformed output is reported against the worker's log, which outlives the scratch.
         samples = samples_from_output(output, worker_log)
@@ -238,8 +272,12 @@ class LmEvalSuite:
             run_id=run_id,
             created=utc_now_iso(),
             complete=True,
-            config=ConfigInfo(config.name, str(config.path), config.sha256,
-                              stored_config_fields(config.fields, secrets)),
+            config=ConfigInfo(
+                config.name,
+                str(config.path),
+                config.sha256,
+                stored_config_fields(config.fields, secrets),
+            ),
             environment=env,
             server=server_info,
             lm_eval={
@@ -269,10 +307,17 @@ class LmEvalSuite:
         print(f"{verdict} {config.name} -> {path}", flush=True)
         return record, path
 
-    def _run_lm_eval(self, config: LmEvalConfig, store: Path, stem: str,
-                     limit: int | float | None, spec: server.ServerSpec,
-                     server_info: dict[str, Any], cache: AnswerCache,
-                     worker_log: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    def _run_lm_eval(
+        self,
+        config: LmEvalConfig,
+        store: Path,
+        stem: str,
+        limit: int | float | None,
+        spec: server.ServerSpec,
+        server_info: dict[str, Any],
+        cache: AnswerCache,
+        worker_log: Path,
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
         with tempfile.TemporaryDirectory(prefix="humming-lm-eval-") as tmp:
             scratch = Path(tmp)
             tasks = write_task_dir(scratch / "tasks", [t.name for t in config.tasks])
@@ -280,26 +325,56 @@ class LmEvalSuite:
                 server_info.update(endpoint=self.settings.endpoint, launched=False)
                 server.check_endpoint(self.settings.endpoint)
                 self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
-                output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
-                                        scratch, cache, worker_log, lambda: None, None)
+                output = self._evaluate(
+                    config,
+                    self.settings.endpoint,
+                    limit,
+                    tasks.offline,
+                    scratch,
+                    cache,
+                    worker_log,
+                    lambda: None,
+                    None,
+                )
             else:
                 log_path = store / f"{stem}.server.log"
                 server_info.update(launched=True, log=log_path.name)
-                self.progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
-                                    f"(log: {log_path})")
+                self.progress.stage(
+                    f"{config.name}: starting vllm serve {config.model_name} (log: {log_path})"
+                )
                 with self.launch(spec, log_path) as running:
-                    server_info.update(command=running.secrets.argv(running.command),
-                                       endpoint=running.url)
-                    self.progress.stage(f"{config.name}: server ready; running lm-eval "
-                                        f"(log: {worker_log})")
-                    output = self._evaluate(config, running.url, limit, tasks.offline, scratch,
-                                            cache, worker_log, running.check, running.api_key)
+                    server_info.update(
+                        command=running.secrets.argv(running.command), endpoint=running.url
+                    )
+                    self.progress.stage(
+                        f"{config.name}: server ready; running lm-eval (log: {worker_log})"
+                    )
+                    output = self._evaluate(
+                        config,
+                        running.url,
+                        limit,
+                        tasks.offline,
+                        scratch,
+                        cache,
+                        worker_log,
+                        running.check,
+                        running.api_key,
+                    )
                 self.progress.stage(f"{config.name}: server stopped")
         return output, tasks.local
 
-    def _evaluate(self, config: LmEvalConfig, url: str, limit: int | float | None,
-                  offline: bool, scratch: Path, cache: AnswerCache, log_path: Path,
-                  check: Callable[[], None], api_key: str | None) -> dict[str, Any]:
+    def _evaluate(
+        self,
+        config: LmEvalConfig,
+        url: str,
+        limit: int | float | None,
+        offline: bool,
+        scratch: Path,
+        cache: AnswerCache,
+        log_path: Path,
+        check: Callable[[], None],
+        api_key: str | None,
+    ) -> dict[str, Any]:
         request = {
             "model": config.lm_eval_model,
             "model_args": model_args(config, url),
