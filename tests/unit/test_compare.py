@@ -14,9 +14,9 @@ from scipy import stats as sp
 from humming_matrix.cli import main
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.judge.compare import (
-    Cell,
     FlipDirection,
     LoadedRecord,
+    RunEnvironment,
     Settings,
     Verdict,
     compare_locations,
@@ -332,7 +332,7 @@ def test_no_calibration_across_sides_even_when_environments_match(tmp_path: Path
 
 
 def test_cell_label() -> None:
-    cell = Cell("0.1.6", "0.24.0", "2.11.0", "12.8", "NVIDIA H200")
+    cell = RunEnvironment("0.1.6", "0.24.0", "2.11.0", "12.8", "NVIDIA H200")
     assert cell.label == "humming-kernels 0.1.6, vllm 0.24.0, torch 2.11.0 (CUDA 12.8), NVIDIA H200"
 
 

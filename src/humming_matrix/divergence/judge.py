@@ -27,7 +27,7 @@ from typing import Any
 from humming_matrix.divergence.metrics import QuestionDivergence, question_divergence, same_tokens
 from humming_matrix.divergence.record import DivergenceRecord, load_divergence_records
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.judge.compare import Cell
+from humming_matrix.judge.compare import RunEnvironment
 from humming_matrix.judge.family import holm_adjust
 from humming_matrix.judge.stats import binomial_upper_tail
 
@@ -67,8 +67,8 @@ class Loaded:
     record: DivergenceRecord
 
     @property
-    def cell(self) -> Cell:
-        return Cell.of(self.record)
+    def cell(self) -> RunEnvironment:
+        return RunEnvironment.of(self.record)
 
     @property
     def order(self) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from humming_matrix.divergence.judge import (
 )
 from humming_matrix.divergence.record import load_divergence_records
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.judge.compare import Cell
+from humming_matrix.judge.compare import RunEnvironment
 from humming_matrix.report.rows import choose_baseline, version_key
 
 
@@ -31,7 +31,7 @@ def build_divergence_report(
         raise RecordError(store, None, "not a directory")
     if not 0.0 < alpha < 0.5:
         raise UsageError(f"--alpha must be in (0, 0.5), got {alpha}")
-    groups: dict[tuple[Cell, str], list[Loaded]] = defaultdict(list)
+    groups: dict[tuple[RunEnvironment, str], list[Loaded]] = defaultdict(list)
     for path, record in load_divergence_records(store):
         if record.complete:
             loaded = Loaded(path, record)

@@ -26,7 +26,8 @@ it is shown with its minimum detectable effect so nobody mistakes it for "no cha
 lm-eval records are judged by `humming_matrix.judge.compare_lm_eval` with the same rule, per task
 and metric. What both kinds share lives here, so there is one engine: the paired statistics,
 verdict, family and wording (`PairedTest`, `paired_test`, `in_family`, `paired_line`), the settings,
-the environment (`Cell`) and the lookup of a config's record on a side (`the_record`, `select`).
+the environment (`RunEnvironment`) and the lookup of a config's record on a side (`the_record`,
+`select`).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ class HasEnvironment(Protocol):
 
 
 @dataclass(frozen=True)
-class Cell:
+class RunEnvironment:
     """The environment a run happened in, as far as the judgement cares: two runs with the same
     cell are repeats (an A/A pair), whatever session or machine produced them."""
 
@@ -121,7 +122,7 @@ class Cell:
     gpu: str | None
 
     @classmethod
-    def of(cls, record: HasEnvironment) -> Cell:
+    def of(cls, record: HasEnvironment) -> RunEnvironment:
         env = record.environment
 
         def text(key: str) -> str | None:
@@ -156,8 +157,8 @@ class LoadedRecord:
         return self.record.config.name
 
     @property
-    def cell(self) -> Cell:
-        return Cell.of(self.record)
+    def cell(self) -> RunEnvironment:
+        return RunEnvironment.of(self.record)
 
     @property
     def order(self) -> tuple[str, str]:
@@ -175,7 +176,7 @@ class Selectable(Protocol):
     def config_name(self) -> str: ...
 
     @property
-    def cell(self) -> Cell: ...
+    def cell(self) -> RunEnvironment: ...
 
     @property
     def order(self) -> tuple[str, str]: ...
@@ -194,7 +195,7 @@ class RunSide:
     path: Path
     run_id: str
     created: str
-    cell: Cell
+    cell: RunEnvironment
     session: str | None
     correct: int
     n: int
@@ -224,7 +225,7 @@ class Calibration:
     without any change to the kernels."""
 
     config: str
-    cell: Cell
+    cell: RunEnvironment
     first_run: str
     second_run: str
     n: int
@@ -707,7 +708,7 @@ def find_calibration(
     sources: Sequence[Sequence[LoadedRecord]],
     config: str,
     sha256: str,
-    cells: Sequence[Cell],
+    cells: Sequence[RunEnvironment],
     settings: Settings,
 ) -> Calibration | None:
     """The A/A pair for `config`: the two newest complete runs of one cell on the same questions,
@@ -717,7 +718,9 @@ def find_calibration(
     --calibration path, a store) because a baseline and a candidate whose environments look
     alike are still what the user asked to compare, not a repeat of one another.
     """
-    groups: dict[tuple[int, Cell, frozenset[int]], dict[str, LoadedRecord]] = defaultdict(dict)
+    groups: dict[tuple[int, RunEnvironment, frozenset[int]], dict[str, LoadedRecord]] = defaultdict(
+        dict
+    )
     for source, records in enumerate(sources):
         for loaded in records:
             r = loaded.record

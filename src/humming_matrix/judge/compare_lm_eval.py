@@ -18,9 +18,9 @@ from typing import Any
 
 from humming_matrix.errors import RecordError
 from humming_matrix.judge.compare import (
-    Cell,
     FlipDirection,
     PairedTest,
+    RunEnvironment,
     Settings,
     Verdict,
     check_same_configs,
@@ -46,8 +46,8 @@ class LoadedLmEvalRecord:
         return self.record.config.name
 
     @property
-    def cell(self) -> Cell:
-        return Cell.of(self.record)
+    def cell(self) -> RunEnvironment:
+        return RunEnvironment.of(self.record)
 
     @property
     def order(self) -> tuple[str, str]:
@@ -65,7 +65,7 @@ class Run:
     path: Path
     run_id: str
     created: str
-    cell: Cell
+    cell: RunEnvironment
     session: str | None
 
     @classmethod

@@ -16,9 +16,9 @@ from typing import Any
 from humming_matrix.errors import RecordError
 from humming_matrix.judge.compare import (
     Calibration,
-    Cell,
     ConfigComparison,
     LoadedRecord,
+    RunEnvironment,
     Settings,
     Verdict,
     compare_records,
@@ -56,7 +56,7 @@ _FROM_VERDICT = {
 @dataclass(frozen=True)
 class Row:
     config: str
-    cell: Cell
+    cell: RunEnvironment
     session: str
     record: LoadedRecord  # the record of this (cell, config): `compare.the_record`
     runs: int  # how many records of this (cell, config) the store holds
@@ -102,11 +102,13 @@ class StoreReport:
 
     store: Path
     settings: Settings
-    baseline: Cell | None
+    baseline: RunEnvironment | None
     rows: tuple[Row, ...]  # worst first, then config, then version order
-    cells: tuple[Cell, ...]  # in version order
+    cells: tuple[RunEnvironment, ...]  # in version order
     configs: tuple[str, ...]
-    environments: Mapping[Cell, Mapping[str, Any]]  # the newest record's environment per cell
+    environments: Mapping[
+        RunEnvironment, Mapping[str, Any]
+    ]  # the newest record's environment per cell
     kernels: KernelSection | None = None
     lm_eval: LmEvalSection | None = None
 
@@ -173,7 +175,7 @@ def build_report(
         # Most likely a wrong path or a CI step that produced nothing: say so, do not show an
         # empty, green report.
         raise RecordError(store, None, "holds no record (GSM8K, kernels or lm-eval)")
-    groups: dict[tuple[Cell, str], list[LoadedRecord]] = defaultdict(list)
+    groups: dict[tuple[RunEnvironment, str], list[LoadedRecord]] = defaultdict(list)
     for loaded in records:
         groups[(loaded.cell, loaded.record.config.name)].append(loaded)
     cells = tuple(sorted({cell for cell, _ in groups}, key=version_key))
@@ -237,12 +239,12 @@ def _status(comparison: ConfigComparison) -> RowStatus:
 
 
 def _row(
-    cell: Cell,
+    cell: RunEnvironment,
     name: str,
     loaded: LoadedRecord,
     runs: int,
     base: LoadedRecord | None,
-    baseline: Cell | None,
+    baseline: RunEnvironment | None,
     pool: Sequence[LoadedRecord],
     settings: Settings,
 ) -> Row:

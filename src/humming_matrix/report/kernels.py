@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.judge.compare import Cell
+from humming_matrix.judge.compare import RunEnvironment
 from humming_matrix.kernels.judge import (
     CaseState,
     CaseVerdict,
@@ -59,14 +59,14 @@ class KernelRun:
     record: Mapping[str, Any]
 
     @property
-    def cell(self) -> Cell:
+    def cell(self) -> RunEnvironment:
         env = self.record["environment"]
 
         def text(key: str) -> str | None:
             value = env.get(key)
             return None if value is None else str(value)
 
-        return Cell(
+        return RunEnvironment(
             text("humming_kernels"), text("vllm"), text("torch"), text("torch_cuda"), text("gpu")
         )
 
@@ -101,7 +101,7 @@ class KernelCell:
 class KernelVersion:
     """One environment: its newest record's cells, and all its records pooled for judging."""
 
-    cell: Cell
+    cell: RunEnvironment
     runs: tuple[KernelRun, ...]  # oldest first
     cells: Mapping[str, KernelCell]  # case -> the newest record's cell
     comparison: KernelComparison | None  # vs the baseline; None for the baseline itself
@@ -215,10 +215,10 @@ def _one_line(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def load_kernel_runs(store: Path) -> dict[Cell, list[KernelRun]]:
+def load_kernel_runs(store: Path) -> dict[RunEnvironment, list[KernelRun]]:
     """The store's kernel records per environment, environments in version order, each one's
     records oldest first."""
-    grouped: dict[Cell, list[KernelRun]] = defaultdict(list)
+    grouped: dict[RunEnvironment, list[KernelRun]] = defaultdict(list)
     for path in record_paths(store, RecordKind.KERNELS):
         run = KernelRun(path, load_kernel_record(path))
         grouped[run.cell].append(run)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from humming_matrix.errors import RecordError
-from humming_matrix.judge.compare import Cell, Settings, Verdict, the_record
+from humming_matrix.judge.compare import RunEnvironment, Settings, Verdict, the_record
 from humming_matrix.judge.compare_lm_eval import (
     LoadedLmEvalRecord,
     MetricComparison,
@@ -38,7 +38,7 @@ class LmEvalRow:
     config: str
     task: str
     key: str  # `metric,filter`
-    cell: Cell
+    cell: RunEnvironment
     session: str
     record: LoadedLmEvalRecord  # the newest record of this (cell, config)
     runs: int  # how many records of this (cell, config) the store holds
@@ -70,8 +70,8 @@ class LmEvalRow:
 @dataclass(frozen=True)
 class LmEvalSection:
     settings: Settings
-    baseline: Cell
-    cells: tuple[Cell, ...]  # in version order
+    baseline: RunEnvironment
+    cells: tuple[RunEnvironment, ...]  # in version order
     configs: tuple[str, ...]
     rows: tuple[LmEvalRow, ...]  # worst first, then config, task, metric, version order
 
@@ -103,7 +103,7 @@ def build_lm_eval_section(
     records = load_lm_eval_records(store)
     if not records:
         return None
-    groups: dict[tuple[Cell, str], list[LoadedLmEvalRecord]] = defaultdict(list)
+    groups: dict[tuple[RunEnvironment, str], list[LoadedLmEvalRecord]] = defaultdict(list)
     for loaded in records:
         groups[(loaded.cell, loaded.config_name)].append(loaded)
     cells = tuple(sorted({cell for cell, _ in groups}, key=version_key))

@@ -14,7 +14,7 @@ from typing import Protocol
 from packaging.version import InvalidVersion, Version
 
 from humming_matrix.errors import UsageError
-from humming_matrix.judge.compare import Cell, points
+from humming_matrix.judge.compare import RunEnvironment, points
 from humming_matrix.judge.stats import Interval, PairedTable
 
 # The paired-comparison columns every table shows, in the order `paired_cells` fills them.
@@ -112,14 +112,16 @@ class RowStatus(Enum):
         return list(RowStatus).index(self)
 
 
-def version_key(cell: Cell) -> tuple[int, Version | str, str]:
+def version_key(cell: RunEnvironment) -> tuple[int, Version | str, str]:
     try:
         return (0, Version(cell.humming or ""), cell.label)
     except InvalidVersion:
         return (1, cell.humming or "", cell.label)
 
 
-def choose_baseline(cells: Sequence[Cell], version: str | None, kind: str = "") -> Cell | None:
+def choose_baseline(
+    cells: Sequence[RunEnvironment], version: str | None, kind: str = ""
+) -> RunEnvironment | None:
     """The cell every other is compared with: the one with humming-kernels `version`, else the
     oldest humming-kernels version in the store. `kind` ("kernel ", "lm-eval ") names the records
     in the error when several kinds are judged."""
