@@ -41,7 +41,8 @@ DEFAULT_CONFIG_LIST = REPO / CHECKOUT_CONFIG_LIST
 def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> list[str]:
     """Install the cell; returns the session options that say how long it took."""
     started = time.monotonic()
-    session.install(str(REPO))
+    # The kernel tier's own extra (numpy); a GSM8K cell needs only the core package.
+    session.install(f"{REPO}[kernels]" if kernels else str(REPO))
     options = list(cell.install_options())
     overrides = cell.overrides()
     if overrides:

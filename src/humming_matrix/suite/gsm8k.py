@@ -12,11 +12,10 @@ import hashlib
 import json
 import os
 import re
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from humming_matrix.errors import DataError, DownloadError
 from humming_matrix.store.atomic_files import replace_bytes
@@ -71,9 +70,10 @@ class Prompt:
 
 
 def _default_fetch(url: str) -> bytes:
-    response = httpx.get(url, follow_redirects=True, timeout=60.0)
-    response.raise_for_status()
-    return response.content
+    # Two downloads in the tool's life: the standard library's client (it follows redirects
+    # and raises on an error status) rather than a second HTTP library beside aiohttp.
+    with urllib.request.urlopen(url, timeout=60.0) as response:
+        return bytes(response.read())
 
 
 def default_cache_dir() -> Path:
@@ -111,7 +111,7 @@ def data_file(name: str, fetch: Fetcher = _default_fetch, cache_dir: Path | None
         url = f"{os.environ.get(ENV_URL, SOURCE_BASE).rstrip('/')}/{name}"
         try:
             payload = fetch(url)
-        except (httpx.HTTPError, OSError) as exc:
+        except OSError as exc:
             # The network failed us, not the data: an infrastructure failure (exit 3).
             raise DownloadError(f"cannot download {url}: {exc}") from None
         digest = hashlib.sha256(payload).hexdigest()

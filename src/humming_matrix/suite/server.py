@@ -21,12 +21,12 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from humming_matrix import environment, process_group
 from humming_matrix.errors import ServerCrashError, ServerError, ServerStartError
@@ -254,38 +254,50 @@ def wait_until_healthy(
     `timeout` seconds pass. `started` is when the process was launched (default: now)."""
     begin = clock() if started is None else started
     deadline = begin + timeout
-    with httpx.Client(timeout=5.0) as client:
-        while True:
-            code = server.process.poll()
-            if code is not None:
-                raise _failure(server, code, timeout, clock() - begin, gpu_activity)
-            try:
-                if client.get(f"{server.url}/health").status_code == 200:
-                    stranger = _not_ours(client, server)
-                    if stranger:
-                        raise _failure(
-                            server, None, timeout, clock() - begin, gpu_activity, stranger
-                        )
-                    report = StartupReport(True, StartupPhase.READY, clock() - begin)
-                    server.startup = report
-                    return report
-            except httpx.HTTPError:
-                pass
-            if clock() >= deadline:
-                raise _failure(server, None, timeout, clock() - begin, gpu_activity)
-            sleep(HEALTH_POLL_SECONDS)
+    while True:
+        code = server.process.poll()
+        if code is not None:
+            raise _failure(server, code, timeout, clock() - begin, gpu_activity)
+        try:
+            if http_status(f"{server.url}/health") == 200:
+                stranger = _not_ours(server)
+                if stranger:
+                    raise _failure(server, None, timeout, clock() - begin, gpu_activity, stranger)
+                report = StartupReport(True, StartupPhase.READY, clock() - begin)
+                server.startup = report
+                return report
+        except OSError:
+            pass
+        if clock() >= deadline:
+            raise _failure(server, None, timeout, clock() - begin, gpu_activity)
+        sleep(HEALTH_POLL_SECONDS)
 
 
-def _not_ours(client: httpx.Client, server: RunningServer) -> str:
+def http_status(url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0) -> int:
+    """The status of a GET (any status, not only 2xx); OSError when nothing answers.
+
+    The few plain GETs of the tool (health, identity, the endpoint check) use the standard
+    library's client: aiohttp serves the questions, and no second HTTP library is needed.
+    """
+    request = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+
+
+def _not_ours(server: RunningServer) -> str:
     """Why the server that answered /health is not the one launched ("" if it is): it must
     accept the launch's key and refuse a request without one."""
     if server.api_key is None:
         return ""
     url = f"{server.url}/v1/models"
-    with_key = client.get(url, headers=server.headers).status_code
+    with_key = http_status(url, server.headers)
     if with_key != 200:
         return f"it refused this launch's API key (HTTP {with_key} from /v1/models)"
-    without = client.get(url).status_code
+    without = http_status(url)
     if without != 401:
         return f"it answered without this launch's API key (HTTP {without} from /v1/models)"
     return ""
@@ -338,10 +350,11 @@ def launch(
 def check_endpoint(url: str, timeout: float = ENDPOINT_CHECK_SECONDS) -> None:
     """A server named by --endpoint must answer /health before any question is asked."""
     try:
-        status = httpx.get(f"{url.rstrip('/')}/health", timeout=timeout).status_code
-    except httpx.HTTPError as exc:
+        status = http_status(f"{url.rstrip('/')}/health", timeout=timeout)
+    except OSError as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         raise ServerError(
-            f"--endpoint {url} does not answer ({type(exc).__name__}: {exc})".rstrip(": )") + ")"
+            f"--endpoint {url} does not answer ({type(reason).__name__}: {reason})"
         ) from None
     if status != 200:
         raise ServerError(f"--endpoint {url} is not healthy (HTTP {status} from /health)")
