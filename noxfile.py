@@ -18,8 +18,7 @@ REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "src"))
 
 from humming_matrix.errors import HummingMatrixError  # noqa: E402
-from humming_matrix.installation import RECORD_NAME  # noqa: E402
-from humming_matrix.matrix import (  # noqa: E402
+from humming_matrix.matrix.cells import (  # noqa: E402
     CHECKOUT_CONFIG_LIST,
     CHECKOUT_MATRIX,
     CHECKOUT_NOXFILE,
@@ -29,6 +28,7 @@ from humming_matrix.matrix import (  # noqa: E402
     matrix_path,
     sessions_requested,
 )
+from humming_matrix.matrix.installation import RECORD_NAME  # noqa: E402
 
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "tests"]
@@ -41,7 +41,8 @@ DEFAULT_CONFIG_LIST = REPO / CHECKOUT_CONFIG_LIST
 def _install_cell(session: nox.Session, cell: Cell, name: str, *, kernels: bool) -> list[str]:
     """Install the cell; returns the session options that say how long it took."""
     started = time.monotonic()
-    session.install(str(REPO))
+    # The kernel tier's own extra (numpy); a GSM8K cell needs only the core package.
+    session.install(f"{REPO}[kernels]" if kernels else str(REPO))
     options = list(cell.install_options())
     overrides = cell.overrides()
     if overrides:
@@ -129,9 +130,12 @@ MATRIX_FILE = _MATRIX.path.resolve()
 _REQUESTED = sessions_requested(sys.argv[1:], os.environ)
 for _note in _MATRIX.uncovered(_REQUESTED):
     print(f"nox: note: {_note}", file=sys.stderr)
-for _cell in _MATRIX.session_cells(
-    os.environ.get(EXTRA_VERSIONS_ENV, "").split(","), _REQUESTED
-):
+try:
+    _CELLS = _MATRIX.session_cells(os.environ.get(EXTRA_VERSIONS_ENV, "").split(","), _REQUESTED)
+except HummingMatrixError as exc:
+    print(f"nox: error: {exc}", file=sys.stderr)
+    raise SystemExit(2) from None
+for _cell in _CELLS:
     _cell_session(_cell)
     if _cell.tags:  # the `-<default variant>` alias gets no second kernels session
         _kernels_session(_cell)
@@ -170,8 +174,13 @@ def preflight_real_vllm(session: nox.Session) -> None:
     run (8-12 min on 2 cores with a warm uv cache; docs/preflight.md)."""
     session.install("-e", f"{REPO}[test]")
     session.run(
-        "pytest", "-m", "vllm", "-p", "no:cacheprovider",
-        str(REPO / "tests" / "integration" / "test_nox_real_vllm.py"), *session.posargs,
+        "pytest",
+        "-m",
+        "vllm",
+        "-p",
+        "no:cacheprovider",
+        str(REPO / "tests" / "integration" / "test_nox_real_vllm.py"),
+        *session.posargs,
     )
 
 
@@ -208,7 +217,10 @@ def _pip_find_links() -> list[Path]:
     try:
         listed = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         ).stdout
     except OSError:
         listed = ""
@@ -254,19 +266,26 @@ def smoke(session: nox.Session) -> None:
     started = time.monotonic()
     # uv keys a local project's build on its pyproject.toml, not its sources: rebuild it.
     session.install("--reinstall-package", "humming-matrix", str(REPO))
-    tag = str(session.run(
-        "python", "-c", "import sys; print('cp%d%d' % sys.version_info[:2])", silent=True
-    )).strip()
+    tag = str(
+        session.run(
+            "python", "-c", "import sys; print('cp%d%d' % sys.version_info[:2])", silent=True
+        )
+    ).strip()
     source = _torch_source(str(cell.torch), tag)
     session.log(f"torch {cell.torch} for {tag}: {' '.join(source)}")
     try:
-        session.install(
-            "--excludes", str(SMOKE / "excludes.txt"), *source, *cell.requirements()
-        )
+        session.install("--excludes", str(SMOKE / "excludes.txt"), *source, *cell.requirements())
     except nox.command.CommandFailed:
         session.run(
-            "humming-matrix", "session", "--matrix", str(SMOKE_MATRIX), "--install-failed",
-            "--install-seconds", f"{time.monotonic() - started:.3f}", cell.session, env=env,
+            "humming-matrix",
+            "session",
+            "--matrix",
+            str(SMOKE_MATRIX),
+            "--install-failed",
+            "--install-seconds",
+            f"{time.monotonic() - started:.3f}",
+            cell.session,
+            env=env,
         )
         raise
     session.run("python", str(SMOKE / "vllm_shim.py"))
@@ -274,14 +293,32 @@ def smoke(session: nox.Session) -> None:
     session.run("python", str(SMOKE / "tiny_llama.py"), "--out", str(SMOKE_MODEL), env=env)
     before = set(store.glob("gsm8k__*.json"))
     session.run(
-        "humming-matrix", "session", "--matrix", str(SMOKE_MATRIX), "--install-seconds", took,
-        "--results", str(store), "--default-config-list", str(SMOKE / "config.txt"),
-        cell.session, "--", *session.posargs, env=env,
+        "humming-matrix",
+        "session",
+        "--matrix",
+        str(SMOKE_MATRIX),
+        "--install-seconds",
+        took,
+        "--results",
+        str(store),
+        "--default-config-list",
+        str(SMOKE / "config.txt"),
+        cell.session,
+        "--",
+        *session.posargs,
+        env=env,
     )
     reports = [store / "report.md", store / "junit.xml", store / "report.html"]
     session.run(
-        "humming-matrix", "report", str(store), "--markdown", str(reports[0]),
-        "--junit", str(reports[1]), "--html", str(reports[2]),
+        "humming-matrix",
+        "report",
+        str(store),
+        "--markdown",
+        str(reports[0]),
+        "--junit",
+        str(reports[1]),
+        "--html",
+        str(reports[2]),
     )
     if store == SMOKE_RESULTS:
         # Reports sit beside the records (`report` reads only *.json); git ignores it all.

@@ -21,11 +21,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from humming_matrix.bisection import Bisection, Verdict, search
-from humming_matrix.config import load_config
-from humming_matrix.matrix import load_matrix
-from humming_matrix.probe import Prober, Suite
-from humming_matrix.results import (
+from humming_matrix.bisect.search import Bisection, Verdict, search
+from humming_matrix.bisect.version_runner import Prober, Suite
+from humming_matrix.matrix.cells import load_matrix
+from humming_matrix.store.results import (
     ConfigInfo,
     Gsm8kRecord,
     Metrics,
@@ -35,6 +34,7 @@ from humming_matrix.results import (
     utc_now_iso,
     write_record,
 )
+from humming_matrix.suite.config import load_config
 
 RELEASES = tuple(f"0.1.{i}" for i in range(21))
 MATRIX = """\
@@ -60,9 +60,7 @@ def rounds(jobs: int) -> list[int]:
         def oracle(probes: Sequence[str], fb: int = first_bad) -> Mapping[str, Verdict]:
             nonlocal count
             count += 1
-            return {
-                v: Verdict.GOOD if RELEASES.index(v) < fb else Verdict.BAD for v in probes
-            }
+            return {v: Verdict.GOOD if RELEASES.index(v) < fb else Verdict.BAD for v in probes}
 
         search(Bisection(RELEASES), oracle, jobs)
         out.append(count)
@@ -95,16 +93,25 @@ def store_scan(records: int, repeats: int) -> dict[str, list[float]]:
         )
         for i in range(records):
             version = RELEASES[i % 20]
-            write_record(store, Gsm8kRecord(
-                new_run_id(), utc_now_iso(), True,
-                ConfigInfo(config.name, str(config.path), config.sha256, {}),
-                {"humming_kernels": version, "session": f"humming-{version}", "gpu": None},
-                Metrics(0.86, 0.0, 0, 1319, 0.5, 0.08, True, 1.0), questions,
-            ))
+            write_record(
+                store,
+                Gsm8kRecord(
+                    new_run_id(),
+                    utc_now_iso(),
+                    True,
+                    ConfigInfo(config.name, str(config.path), config.sha256, {}),
+                    {"humming_kernels": version, "session": f"humming-{version}", "gpu": None},
+                    Metrics(0.86, 0.0, 0, 1319, 0.5, 0.08, True, 1.0),
+                    questions,
+                ),
+            )
         prober = Prober(Suite((config,), (), store, None), _NoRun(), log_dir=root / "logs")
         cell = load_matrix(root / "m.toml").cell_for("0.1.7")  # records/20 of them match
-        times: dict[str, list[float]] = {"probe lookup": [], "read every record": [],
-                                         "bare json.load of every file": []}
+        times: dict[str, list[float]] = {
+            "probe lookup": [],
+            "read every record": [],
+            "bare json.load of every file": [],
+        }
         for _ in range(repeats):
             start = time.perf_counter()
             assert prober.stored(cell) is not None

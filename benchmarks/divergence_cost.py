@@ -46,26 +46,41 @@ def main() -> None:
         # The config's own num_questions bounds --limit; this copy asks for all of GSM8K test.
         config = store / args.config.name
         lines = args.config.read_text(encoding="utf-8").splitlines()
-        config.write_text("\n".join(
-            "num_questions: 1319" if ln.startswith("num_questions:") else ln for ln in lines)
-            + "\n", encoding="utf-8")
-        common = ["--config", str(config), "--endpoint", args.endpoint, "--limit",
-                  str(args.limit)]
+        config.write_text(
+            "\n".join(
+                "num_questions: 1319" if ln.startswith("num_questions:") else ln for ln in lines
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        common = ["--config", str(config), "--endpoint", args.endpoint, "--limit", str(args.limit)]
         accuracy = [*hm, "run", *common, "--results", str(store / "accuracy")]
-        divergence = [*hm, "divergence", "run", *common, "--top-k", str(args.top_k),
-                      "--results", str(store / "divergence")]
+        divergence = [
+            *hm,
+            "divergence",
+            "run",
+            *common,
+            "--top-k",
+            str(args.top_k),
+            "--results",
+            str(store / "divergence"),
+        ]
         for repeat in range(args.repeats):
             if repeat % 2:
                 d, a = _timed(divergence), _timed(accuracy)
             else:
                 a, d = _timed(accuracy), _timed(divergence)
             ratios.append(d / a)
-            print(f"repeat {repeat + 1}: accuracy {a:.1f} s, divergence {d:.1f} s, "
-                  f"ratio {d / a:.3f}", flush=True)
+            print(
+                f"repeat {repeat + 1}: accuracy {a:.1f} s, divergence {d:.1f} s, ratio {d / a:.3f}",
+                flush=True,
+            )
         sizes = [p.stat().st_size for p in (store / "divergence").glob("divergence__*.json")]
-    print(f"median ratio divergence/accuracy over {args.repeats} pairs: "
-          f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
-          f"{args.limit} questions; divergence record {statistics.median(sizes) / 1e6:.2f} MB")
+    print(
+        f"median ratio divergence/accuracy over {args.repeats} pairs: "
+        f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}); "
+        f"{args.limit} questions; divergence record {statistics.median(sizes) / 1e6:.2f} MB"
+    )
 
 
 if __name__ == "__main__":

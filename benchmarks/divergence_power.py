@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from humming_matrix import server
+from humming_matrix.suite import server
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """model_name: "{model}"
@@ -36,8 +36,12 @@ env:
 
 
 def hm(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "humming_matrix", *map(str, args)],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "humming_matrix", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def serve_and_ask(model: Path, label: str, work: Path, config: Path, passes: int) -> None:
@@ -47,14 +51,28 @@ def serve_and_ask(model: Path, label: str, work: Path, config: Path, passes: int
     if (directory / "divergence").is_dir():
         return  # done by an earlier invocation with the same --work
     directory.mkdir(parents=True, exist_ok=True)
-    spec = server.ServerSpec(str(model.resolve()), ("--dtype", "float32", "--max-model-len",
-                             "2048", "--enforce-eager", "--max-num-seqs", "32"),
-                             {"VLLM_CPU_KVCACHE_SPACE": "1"}, 900)
+    spec = server.ServerSpec(
+        str(model.resolve()),
+        (
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "2048",
+            "--enforce-eager",
+            "--max-num-seqs",
+            "32",
+        ),
+        {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        900,
+    )
     with server.launch(spec, directory / "server.log") as running:
-        for what, args in (("accuracy", ["run"]),
-                           ("divergence", ["divergence", "run", "--repeat", str(passes)])):
-            done = hm(*args, "--config", config, "--endpoint", running.url, "--results",
-                      directory / what)
+        for what, args in (
+            ("accuracy", ["run"]),
+            ("divergence", ["divergence", "run", "--repeat", str(passes)]),
+        ):
+            done = hm(
+                *args, "--config", config, "--endpoint", running.url, "--results", directory / what
+            )
             if done.returncode not in (0, 1):
                 sys.exit(f"{label} {what}: exit {done.returncode}\n{done.stderr[-2000:]}")
 
@@ -69,27 +87,47 @@ def main() -> None:
     config = args.work / "tiny.yaml"
     if not config.exists():
         args.work.mkdir(parents=True, exist_ok=True)
-        config.write_text(CONFIG.format(model=args.model.resolve(), questions=args.questions),
-                          encoding="utf-8")
+        config.write_text(
+            CONFIG.format(model=args.model.resolve(), questions=args.questions), encoding="utf-8"
+        )
     serve_and_ask(args.model, "original", args.work, config, passes=2)
     for scale in args.scales:
         copy = args.work / "models" / f"noise-{scale}"
         # The serving environment's python (first on PATH): it has torch and safetensors.
-        subprocess.run(["python", str(REPO / "smoke" / "perturb_weights.py"), "--model",
-                        str(args.model), "--out", str(copy), "--scale", scale], check=True,
-                       env=os.environ)
+        subprocess.run(
+            [
+                "python",
+                str(REPO / "smoke" / "perturb_weights.py"),
+                "--model",
+                str(args.model),
+                "--out",
+                str(copy),
+                "--scale",
+                scale,
+            ],
+            check=True,
+            env=os.environ,
+        )
         serve_and_ask(copy, f"noise-{scale}", args.work, config, passes=1)
         original, perturbed = args.work / "original", args.work / f"noise-{scale}"
-        div = hm("divergence", "compare", original / "divergence", perturbed / "divergence",
-                 "--json", perturbed / "divergence.json")
+        div = hm(
+            "divergence",
+            "compare",
+            original / "divergence",
+            perturbed / "divergence",
+            "--json",
+            perturbed / "divergence.json",
+        )
         acc = hm("compare", original / "accuracy", perturbed / "accuracy")
         report = json.loads((perturbed / "divergence.json").read_text())["configs"][0]
         kl = report["tests"][0]
-        print(f"scale {scale}: divergence {report['verdict']} (exit {div.returncode}; mean KL "
-              f"{kl['candidate_mean']:.3g} vs floor {kl['floor_mean']:.3g}, above floor "
-              f"{kl['above']}/{report['questions']}, Holm p {kl['adjusted_p']:.3g}); accuracy "
-              f"compare exit {acc.returncode}: {(acc.stdout or acc.stderr).splitlines()[0]}",
-              flush=True)
+        print(
+            f"scale {scale}: divergence {report['verdict']} (exit {div.returncode}; mean KL "
+            f"{kl['candidate_mean']:.3g} vs floor {kl['floor_mean']:.3g}, above floor "
+            f"{kl['above']}/{report['questions']}, Holm p {kl['adjusted_p']:.3g}); accuracy "
+            f"compare exit {acc.returncode}: {(acc.stdout or acc.stderr).splitlines()[0]}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

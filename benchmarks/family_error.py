@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from humming_matrix.compare import Settings, Verdict, in_family, paired_test, verdict_mde
-from humming_matrix.stats import PairedTable, critical_count, regression_power
+from humming_matrix.judge.compare import Settings, Verdict, in_family, paired_test, verdict_mde
+from humming_matrix.judge.stats import PairedTable, critical_count, regression_power
 
 SETTINGS = Settings()
 N = 1319
@@ -32,15 +32,18 @@ def compare_aa(sims: int, configs: int, discordance: float, seed: int) -> tuple[
     probs = [0.86 - discordance / 2, discordance / 2, discordance / 2, 0.14 - discordance / 2]
     family = alone = 0
     for _ in range(sims):
-        tests = [paired_test(PairedTable(*(int(x) for x in row)), SETTINGS)
-                 for row in rng.multinomial(N, probs, size=configs)]
+        tests = [
+            paired_test(PairedTable(*(int(x) for x in row)), SETTINGS)
+            for row in rng.multinomial(N, probs, size=configs)
+        ]
         alone += any(t.verdict is Verdict.REGRESSION for t in tests)
         family += any(t.verdict is Verdict.REGRESSION for t in in_family(tests))
     return family / sims, alone / sims
 
 
-def report_aa(sims: int, versions: int, configs: int, discordance: float,
-              seed: int) -> tuple[float, float]:
+def report_aa(
+    sims: int, versions: int, configs: int, discordance: float, seed: int
+) -> tuple[float, float]:
     # Each run tips each answer with probability f; two runs then disagree on 2 f (1 - f).
     flip = (1 - math.sqrt(1 - 2 * discordance)) / 2
     rng = np.random.default_rng(seed)
@@ -54,9 +57,13 @@ def report_aa(sims: int, versions: int, configs: int, discordance: float,
             b = (base & ~runs).sum(axis=1)
             c = (~base & runs).sum(axis=1)
             a = (base & runs).sum(axis=1)
-            tests += [paired_test(PairedTable(int(a[i]), int(b[i]), int(c[i]),
-                                              N - int(a[i] + b[i] + c[i])), SETTINGS)
-                      for i in range(versions)]
+            tests += [
+                paired_test(
+                    PairedTable(int(a[i]), int(b[i]), int(c[i]), N - int(a[i] + b[i] + c[i])),
+                    SETTINGS,
+                )
+                for i in range(versions)
+            ]
         alone += any(t.verdict is Verdict.REGRESSION for t in tests)
         family += any(t.verdict is Verdict.REGRESSION for t in in_family(tests))
     return family / sims, alone / sims
@@ -92,8 +99,10 @@ def main() -> None:
     for lo, hi in ((5, 500), (500, N + 1)):
         for mid in (False, True):
             worst = max(range(lo, hi), key=lambda m: conditional_size(m, mid))
-            print(f"m in [{lo}, {hi - 1}], {'mid-p' if mid else 'exact'}: max "
-                  f"{100 * conditional_size(worst, mid):.2f}% at m = {worst}")
+            print(
+                f"m in [{lo}, {hi - 1}], {'mid-p' if mid else 'exact'}: max "
+                f"{100 * conditional_size(worst, mid):.2f}% at m = {worst}"
+            )
     print("unconditional (discordance ψ, n): exact | mid-p")
     for n in (200, 500, N):
         for d in (0.02, 0.05, 0.10):
@@ -107,11 +116,16 @@ def main() -> None:
         print(f"family of {family} (exact test at alpha {0.05 / family:g}):")
         print("| discordance | drop 1 | drop 2 | drop 3 | verdict MDE (80%) |")
         for d in (0.02, 0.05, 0.10):
-            powers = [regression_power(N, d, drop / 100, 0.05 / family, min_net, mid=False)
-                      for drop in (1, 2, 3)]
+            powers = [
+                regression_power(N, d, drop / 100, 0.05 / family, min_net, mid=False)
+                for drop in (1, 2, 3)
+            ]
             mde = verdict_mde(N, d, SETTINGS, family)
-            print(f"| {100 * d:g}% | " + " | ".join(f"{100 * p:.0f}%" for p in powers)
-                  + f" | {'n/a' if mde is None else f'{100 * mde:.2f}'} |")
+            print(
+                f"| {100 * d:g}% | "
+                + " | ".join(f"{100 * p:.0f}%" for p in powers)
+                + f" | {'n/a' if mde is None else f'{100 * mde:.2f}'} |"
+            )
     print(f"\n{time.monotonic() - start:.0f} s")
 
 

@@ -1,6 +1,6 @@
 """Markdown summary of kernel records of many humming versions (the tables in docs/kernels.md).
 
-    python benchmarks/kernels_report.py results/h200 > /tmp/kernels.md
+    python benchmarks/kernels_report.py results/h200/gen1 > /tmp/kernels.md
 
 Prints: one table of versions x cases (state, mean relative error and median time at the largest
 batch size), the time table at every batch size, and each release judged against the release
@@ -20,7 +20,7 @@ from typing import Any
 
 from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
 from humming_matrix.kernels.record import humming_version, versions_table
-from humming_matrix.report_kernels import load_kernel_runs
+from humming_matrix.report.kernels import load_kernel_runs
 
 
 def _by_version(store: Path) -> dict[str, list[Mapping[str, Any]]]:
@@ -58,7 +58,7 @@ def _times(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    store = Path(argv[0]) if argv else Path("results/h200")
+    store = Path(argv[0]) if argv else Path("results/h200/gen1")
     grouped = _by_version(store)
     firsts = [runs[0] for runs in grouped.values()]
     print("### States, mean relative error and median time at the largest batch\n")
@@ -72,19 +72,26 @@ def main(argv: list[str]) -> int:
         quiet = (TimeVerdict.SAME, TimeVerdict.UNKNOWN)
         # Time verdicts count only where both sides have several runs (see judge.CaseVerdict).
         changed = [
-            v for v in cmp.verdicts
+            v
+            for v in cmp.verdicts
             if v.verdict is not Verdict.SAME or (v.time not in quiet and v.time_runs_measured)
         ]
         if not changed:
             print(f"- {cur} vs {prev}: no change beyond the noise")
             continue
-        print(f"- {cur} vs {prev}: " + "; ".join(
-            f"{v.case} m={v.m}: {v.verdict.value}"
-            + ("" if v.time in quiet or not v.time_runs_measured
-               else f", {v.time.value} {v.time_ratio:.2f}x")
-            + (f" ({v.note[:120]})" if v.note else "")
-            for v in changed
-        ))
+        print(
+            f"- {cur} vs {prev}: "
+            + "; ".join(
+                f"{v.case} m={v.m}: {v.verdict.value}"
+                + (
+                    ""
+                    if v.time in quiet or not v.time_runs_measured
+                    else f", {v.time.value} {v.time_ratio:.2f}x"
+                )
+                + (f" ({v.note[:120]})" if v.note else "")
+                for v in changed
+            )
+        )
     return 0
 
 

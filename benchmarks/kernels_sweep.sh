@@ -41,15 +41,15 @@ export work wheelhouse deadline start
 PYTHONPATH="$PWD/src" python3 -c '
 import sys
 from pathlib import Path
-from humming_matrix.kernels.cases import SUITE
-from humming_matrix.kernels.probe import load_weights
+from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.runner import load_weights
 keys = {c.weight_key(): c for c in SUITE}
 print(" ".join(keys))
 ' | tr ' ' '\n' | xargs -P 8 -I{} env PYTHONPATH="$PWD/src" python3 -c '
 import sys
 from pathlib import Path
-from humming_matrix.kernels.cases import SUITE
-from humming_matrix.kernels.probe import load_weights
+from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.runner import load_weights
 case = next(c for c in SUITE if c.weight_key() == sys.argv[1])
 load_weights(case, 0, Path(sys.argv[2]))
 ' {} "$work/inputs"

@@ -29,7 +29,7 @@ import httpx
 from humming_matrix.lmeval.config import load_lm_eval_config
 from humming_matrix.lmeval.suite import WORKER_MODULE, model_args
 from humming_matrix.lmeval.tasks import write_task_dir
-from humming_matrix.server import free_port
+from humming_matrix.suite.server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
@@ -58,8 +58,9 @@ def _wait_healthy(url: str) -> None:
 
 def _timed(command: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - started
 
 
@@ -71,8 +72,11 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HUMMING_DOUBLE_POLICY": json.dumps({"lm_eval": True})}
-    server = subprocess.Popen([sys.executable, str(DOUBLE), "serve", "bench/model", "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, str(DOUBLE), "serve", "bench/model", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     legs: dict[str, list[float]] = {"indexed": [], "local": [], "tool": []}
     try:
         _wait_healthy(url)
@@ -82,27 +86,59 @@ def main() -> None:
             config_path.write_text(CONFIG.format(limit=args.limit), encoding="utf-8")
             config = load_lm_eval_config(config_path)
             write_task_dir(work / "tasks", ["gsm8k"])
-            worker_env = {**env, "HF_DATASETS_CACHE": str(work / "hf"), "HF_HUB_OFFLINE": "1",
-                          "HF_DATASETS_OFFLINE": "1"}
+            worker_env = {
+                **env,
+                "HF_DATASETS_CACHE": str(work / "hf"),
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+            }
             requests = {}
             for leg, include_defaults in (("indexed", True), ("local", False)):
                 request = {
-                    "model": config.lm_eval_model, "model_args": model_args(config, url),
-                    "tasks": ["gsm8k"], "num_fewshot": 5, "limit": args.limit,
-                    "gen_kwargs": None, "apply_chat_template": False,
-                    "fewshot_as_multiturn": False, "include_path": str(work / "tasks"),
+                    "model": config.lm_eval_model,
+                    "model_args": model_args(config, url),
+                    "tasks": ["gsm8k"],
+                    "num_fewshot": 5,
+                    "limit": args.limit,
+                    "gen_kwargs": None,
+                    "apply_chat_template": False,
+                    "fewshot_as_multiturn": False,
+                    "include_path": str(work / "tasks"),
                     "include_defaults": include_defaults,
                 }
                 requests[leg] = work / f"{leg}.json"
                 requests[leg].write_text(json.dumps(request), encoding="utf-8")
             for _ in range(args.repeats):
                 for leg in ("indexed", "local"):
-                    legs[leg].append(_timed([sys.executable, "-m", WORKER_MODULE,
-                                             str(requests[leg]), str(work / "out.json")],
-                                            worker_env))
-                legs["tool"].append(_timed(
-                    [sys.executable, "-m", "humming_matrix", "lm-eval", "--endpoint", url,
-                     "--config", str(config_path), "--results", str(work / "store")], env))
+                    legs[leg].append(
+                        _timed(
+                            [
+                                sys.executable,
+                                "-m",
+                                WORKER_MODULE,
+                                str(requests[leg]),
+                                str(work / "out.json"),
+                            ],
+                            worker_env,
+                        )
+                    )
+                legs["tool"].append(
+                    _timed(
+                        [
+                            sys.executable,
+                            "-m",
+                            "humming_matrix",
+                            "lm-eval",
+                            "--endpoint",
+                            url,
+                            "--config",
+                            str(config_path),
+                            "--results",
+                            str(work / "store"),
+                        ],
+                        env,
+                    )
+                )
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -111,8 +147,10 @@ def main() -> None:
     for leg, times in legs.items():
         runs = " ".join(f"{t:.2f}" for t in times)
         print(f"{leg:8s} median {medians[leg]:6.2f} s   runs {runs}")
-    print(f"index cost (indexed - local): {medians['indexed'] - medians['local']:.2f} s, "
-          f"ratio {medians['indexed'] / medians['local']:.2f}")
+    print(
+        f"index cost (indexed - local): {medians['indexed'] - medians['local']:.2f} s, "
+        f"ratio {medians['indexed'] / medians['local']:.2f}"
+    )
     print(f"tool over its worker (tool - local): {medians['tool'] - medians['local']:.2f} s")
 
 

@@ -30,10 +30,10 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from humming_matrix import gsm8k
-from humming_matrix.config import load_config
-from humming_matrix.evaluate import request_params
-from humming_matrix.server import free_port
+from humming_matrix.suite import gsm8k
+from humming_matrix.suite.config import load_config
+from humming_matrix.suite.evaluate import request_params
+from humming_matrix.suite.server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
@@ -49,8 +49,9 @@ async def _floor(url: str, prompts: list[str], params: dict[str, object]) -> Non
     async with aiohttp.ClientSession(connector=connector) as http:
 
         async def one(prompt: str) -> None:
-            async with http.post(f"{url}/v1/completions",
-                                 json={"prompt": prompt, **params}) as response:
+            async with http.post(
+                f"{url}/v1/completions", json={"prompt": prompt, **params}
+            ) as response:
                 response.raise_for_status()
                 await response.json()
 
@@ -64,8 +65,9 @@ async def _httpx(url: str, prompts: list[str], params: dict[str, object]) -> Non
 
         async def one(prompt: str) -> None:
             async with gate:
-                response = await http.post(f"{url}/v1/completions",
-                                           json={"prompt": prompt, **params})
+                response = await http.post(
+                    f"{url}/v1/completions", json={"prompt": prompt, **params}
+                )
                 response.raise_for_status()
 
         await asyncio.gather(*(one(p) for p in prompts))
@@ -94,8 +96,10 @@ def main() -> None:
         config = load_config(config_path)
         params = {k: v for k, v in request_params(config).items() if v is not None}
         prompts = [p.text for p in gsm8k.build_prompts(1319, 5)]
-        server = subprocess.Popen([sys.executable, str(DOUBLE), "serve", "bench/model",
-                                   "--port", str(port)], stdout=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [sys.executable, str(DOUBLE), "serve", "bench/model", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+        )
         try:
             _wait_healthy(url)
             floors, harnesses, floor_cpu, harness_cpu = [], [], [], []
@@ -112,36 +116,56 @@ def main() -> None:
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 started = time.perf_counter()
                 done = subprocess.run(
-                    [sys.executable, "-m", "humming_matrix", "run", "--config", str(config_path),
-                     "--endpoint", url, "--results", str(Path(tmp) / f"store{i}")],
-                    capture_output=True, text=True, env={**os.environ}, check=False)
+                    [
+                        sys.executable,
+                        "-m",
+                        "humming_matrix",
+                        "run",
+                        "--config",
+                        str(config_path),
+                        "--endpoint",
+                        url,
+                        "--results",
+                        str(Path(tmp) / f"store{i}"),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ},
+                    check=False,
+                )
                 harnesses.append(time.perf_counter() - started)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                harness_cpu.append(after.ru_utime + after.ru_stime
-                                   - before.ru_utime - before.ru_stime)
+                harness_cpu.append(
+                    after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                )
                 if done.returncode != 0:
                     raise SystemExit(f"run failed ({done.returncode}): {done.stderr}")
         finally:
             server.terminate()
             server.wait(10)
     overhead = [h - f for h, f in zip(harnesses, floors, strict=True)]
-    print(json.dumps({
-        "repeats": args.repeats,
-        "floor_s": [round(x, 3) for x in floors],
-        "harness_s": [round(x, 3) for x in harnesses],
-        "median_floor_s": round(statistics.median(floors), 3),
-        "median_harness_s": round(statistics.median(harnesses), 3),
-        "median_overhead_s": round(statistics.median(overhead), 3),
-        "ratio_harness_to_floor": round(
-            statistics.median(harnesses) / statistics.median(floors), 2
-        ),
-        "median_floor_cpu_s": round(statistics.median(floor_cpu), 3),
-        "median_harness_cpu_s": round(statistics.median(harness_cpu), 3),
-        "httpx_s": [round(x, 3) for x in httpx_wall],
-        "median_httpx_s": round(statistics.median(httpx_wall), 3),
-        "median_httpx_cpu_s": round(statistics.median(httpx_cpu), 3),
-        "cpus": os.cpu_count(),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "repeats": args.repeats,
+                "floor_s": [round(x, 3) for x in floors],
+                "harness_s": [round(x, 3) for x in harnesses],
+                "median_floor_s": round(statistics.median(floors), 3),
+                "median_harness_s": round(statistics.median(harnesses), 3),
+                "median_overhead_s": round(statistics.median(overhead), 3),
+                "ratio_harness_to_floor": round(
+                    statistics.median(harnesses) / statistics.median(floors), 2
+                ),
+                "median_floor_cpu_s": round(statistics.median(floor_cpu), 3),
+                "median_harness_cpu_s": round(statistics.median(harness_cpu), 3),
+                "httpx_s": [round(x, 3) for x in httpx_wall],
+                "median_httpx_s": round(statistics.median(httpx_wall), 3),
+                "median_httpx_cpu_s": round(statistics.median(httpx_cpu), 3),
+                "cpus": os.cpu_count(),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

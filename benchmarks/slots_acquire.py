@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from humming_matrix.slots import SlotPool
+from humming_matrix.ci.slots import SlotPool
 
 HOLD_SEVEN = """\
 import sys, time
 from pathlib import Path
-from humming_matrix.slots import SlotPool
+from humming_matrix.ci.slots import SlotPool
 pool = SlotPool(Path(sys.argv[1]), [str(i) for i in range(8)])
 with pool.acquire(7, owner="benchmark holder"):
     print("held", flush=True)
@@ -47,14 +47,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--leases", type=int, default=2000)
     args = parser.parse_args()
-    legs: dict[str, list[float]] = {"lease 1 of 8 (7 held elsewhere)": [],
-                                    "lease 8 of 8": [], "bare flock + unlock": []}
+    legs: dict[str, list[float]] = {
+        "lease 1 of 8 (7 held elsewhere)": [],
+        "lease 8 of 8": [],
+        "bare flock + unlock": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for _ in range(args.repeats):
             busy = root / "busy"
-            holder = subprocess.Popen([sys.executable, "-c", HOLD_SEVEN, str(busy)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            holder = subprocess.Popen(
+                [sys.executable, "-c", HOLD_SEVEN, str(busy)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             assert holder.stdout is not None
             assert holder.stdout.readline() == "held\n"
             pool = SlotPool(busy, [str(i) for i in range(8)])
@@ -87,8 +94,11 @@ def main() -> int:
     print("| --- | --- | --- | --- |")
     for name, runs in legs.items():
         median = statistics.median(runs)
-        print(f"| {name} | {median:.1f} | {median / base:.1f} | "
-              + " ".join(f"{r:.1f}" for r in runs) + " |")
+        print(
+            f"| {name} | {median:.1f} | {median / base:.1f} | "
+            + " ".join(f"{r:.1f}" for r in runs)
+            + " |"
+        )
     return 0
 
 

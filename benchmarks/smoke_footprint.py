@@ -40,20 +40,33 @@ def _read(pid: int) -> Proc | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         status = Path(f"/proc/{pid}/status").read_text()
-        argv = tuple(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-                     .split("\0")[:-1])
+        argv = tuple(
+            Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        )
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
-    values = {k: v.split()[0] for k, _, v in (ln.partition(":") for ln in status.splitlines())
-              if v.strip()}
-    return Proc(pid, int(fields[1]), int(fields[2]), int(fields[21]) * PAGE_KIB,
-                int(values.get("VmHWM", "0")), argv)
+    values = {
+        k: v.split()[0]
+        for k, _, v in (ln.partition(":") for ln in status.splitlines())
+        if v.strip()
+    }
+    return Proc(
+        pid,
+        int(fields[1]),
+        int(fields[2]),
+        int(fields[21]) * PAGE_KIB,
+        int(values.get("VmHWM", "0")),
+        argv,
+    )
 
 
 def _tree(root: int) -> list[Proc]:
-    procs = [p for p in (_read(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit())
-             if p is not None]
+    procs = [
+        p
+        for p in (_read(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit())
+        if p is not None
+    ]
     children: dict[int, list[Proc]] = {}
     for p in procs:
         children.setdefault(p.ppid, []).append(p)
@@ -98,14 +111,22 @@ def measure(command: list[str], interval: float) -> Footprint:
             total = sum(p.rss_kib for p in group)
             if total > peak_group:
                 peak_group = total
-                members = {f"{p.pid} {' '.join(p.argv)[:60]}": round(p.rss_kib / 1024, 1)
-                           for p in group}
+                members = {
+                    f"{p.pid} {' '.join(p.argv)[:60]}": round(p.rss_kib / 1024, 1) for p in group
+                }
         for hm in filter(_is_humming_matrix, tree):
             peak_hm = max(peak_hm, hm.hwm_kib)
         samples += 1
         time.sleep(interval)
-    return Footprint(command, child.returncode, round(time.monotonic() - start, 1),
-                     round(peak_group / 1024, 1), members, round(peak_hm / 1024, 1), samples)
+    return Footprint(
+        command,
+        child.returncode,
+        round(time.monotonic() - start, 1),
+        round(peak_group / 1024, 1),
+        members,
+        round(peak_hm / 1024, 1),
+        samples,
+    )
 
 
 def main() -> int:

@@ -39,9 +39,14 @@ def perturb(model: Path, out: Path, scale: float, tensor: str = DEFAULT_TENSOR) 
         shutil.rmtree(out)
     shutil.copytree(model, out, ignore=shutil.ignore_patterns("model.safetensors", STAMP))
     safetensors.save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / STAMP).write_text(json.dumps({"source": str(model), "tensor": tensor, "scale": scale,
-                                         "noise_sd": sd, "seed": SEED}, indent=1) + "\n",
-                             encoding="utf-8")
+    (out / STAMP).write_text(
+        json.dumps(
+            {"source": str(model), "tensor": tensor, "scale": scale, "noise_sd": sd, "seed": SEED},
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     return sd
 
 
@@ -49,8 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--scale", type=float, required=True,
-                        help="noise sd as a fraction of the tensor's own sd")
+    parser.add_argument(
+        "--scale", type=float, required=True, help="noise sd as a fraction of the tensor's own sd"
+    )
     parser.add_argument("--tensor", default=DEFAULT_TENSOR)
     args = parser.parse_args()
     sd = perturb(args.model, args.out, args.scale, args.tensor)

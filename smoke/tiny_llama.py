@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import HummingMatrixError
-from humming_matrix.gsm8k import data_file, read_jsonl
+from humming_matrix.suite.gsm8k import data_file, read_jsonl
 
 SEED = 0
 VOCAB_SIZE = 4096

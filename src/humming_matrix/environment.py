@@ -50,39 +50,54 @@ def torch_cuda() -> str | None:
     for location in spec.submodule_search_locations:
         version_file = Path(location) / "version.py"
         if version_file.is_file():
-            match = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]",
-                              version_file.read_text(encoding="utf-8"), re.M)
+            match = re.search(
+                r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]",
+                version_file.read_text(encoding="utf-8"),
+                re.M,
+            )
             return match.group(1) if match else None
     return None
 
 
 def gpus(run: Runner = _run) -> list[dict[str, str]]:
-    out = run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-               "--format=csv,noheader"])
+    out = run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    )
     if not out:
         return []
     rows = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2:
-            rows.append({"name": parts[0], "driver": parts[1],
-                         "memory": parts[2] if len(parts) > 2 else ""})
+            rows.append(
+                {"name": parts[0], "driver": parts[1], "memory": parts[2] if len(parts) > 2 else ""}
+            )
     return rows
 
 
 def gpu_activity(run: Runner = _run) -> list[dict[str, Any]] | None:
     """What each GPU is doing now (utilisation %, memory used MiB); None where nvidia-smi does
     not answer."""
-    out = run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used",
-               "--format=csv,noheader,nounits"])
+    out = run(
+        [
+            "nvidia-smi",
+            "--query-gpu=index,utilization.gpu,memory.used",
+            "--format=csv,noheader,nounits",
+        ]
+    )
     if out is None:
         return None
     rows: list[dict[str, Any]] = []
     for line in out.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 3:
-            rows.append({"index": parts[0], "utilization_percent": _number(parts[1]),
-                         "memory_used_mib": _number(parts[2])})
+            rows.append(
+                {
+                    "index": parts[0],
+                    "utilization_percent": _number(parts[1]),
+                    "memory_used_mib": _number(parts[2]),
+                }
+            )
     return rows
 
 

@@ -14,7 +14,11 @@ at one boundary (`humming_matrix.cli.main`); nothing below it prints or exits.
     +-- InfrastructureError          the run could not be carried out (3)
     |   +-- ServerError              `vllm serve` died while serving
     |   |   +-- ServerStartError     ... or never became ready (carries the start-up report)
+    |   |   +-- ServerCrashError     ... after serving, with a CUDA error in its log (evidence
+    |   |                            about the kernel: recorded as such, see docs/reliability.md)
     |   +-- RequestError             too many failed requests
+    |   +-- RunTimeoutError          the run passed its wall-clock limit
+    |   +-- DownloadError            the network failed while fetching data
     |   +-- NoGPUError               the command needs a CUDA GPU
     +-- UntestableError              this version cannot be tested at all (125)
 """
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from humming_matrix.server import StartupReport
+    from humming_matrix.suite.server_log import StartupReport
 
 
 class ExitCode(IntEnum):
@@ -104,8 +108,27 @@ class ServerStartError(ServerError):
         super().__init__(message, log_tail)
 
 
+class ServerCrashError(ServerError):
+    """The server was ready, served, and then died with a CUDA error in its log: what crashed is
+    most likely the kernel under test, so a record keeps it as a crash (`server.crash`), not as
+    an environment that could not be tested."""
+
+    def __init__(self, message: str, log_tail: str, cause: str) -> None:
+        self.cause = cause
+        super().__init__(message, log_tail)
+
+
 class RequestError(InfrastructureError):
     """Requests kept failing after their retries."""
+
+
+class RunTimeoutError(InfrastructureError):
+    """The run passed its wall-clock limit (`run --time-limit`) before every question was
+    answered."""
+
+
+class DownloadError(InfrastructureError):
+    """Fetching data failed on the network (the data itself may be fine)."""
 
 
 class NoGPUError(InfrastructureError):

@@ -11,8 +11,13 @@ from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
         self.clock = clock
@@ -34,8 +39,14 @@ class Progress:
         self._started = self.clock()
         self._next_report = self._step_after(done)
         if self.tty:
-            self._bar = tqdm(total=total, initial=done, desc=label, unit="q", file=self.stream,
-                             dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total,
+                initial=done,
+                desc=label,
+                unit="q",
+                file=self.stream,
+                dynamic_ncols=True,
+            )
 
     def _step_after(self, done: int) -> int:
         step = max(1, self._total // 10)
@@ -47,8 +58,12 @@ class Progress:
             self._bar.update(n)
         elif self._done >= self._next_report or self._done == self._total:
             elapsed = self.clock() - self._started
-            print(f"[humming-matrix] {self._label}: {self._done}/{self._total} questions, "
-                  f"{elapsed:.1f} s", file=self.stream, flush=True)
+            print(
+                f"[humming-matrix] {self._label}: {self._done}/{self._total} questions, "
+                f"{elapsed:.1f} s",
+                file=self.stream,
+                flush=True,
+            )
             self._next_report = self._step_after(self._done)
 
     def finish(self) -> None:

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.config import load_configs
 from humming_matrix.errors import ConfigError, HummingMatrixError, InfrastructureError
 from humming_matrix.lmeval.config import load_lm_eval_configs
+from humming_matrix.suite.config import load_configs
 
 GSM8K_FIXTURE = "gsm8k_config"
 LM_EVAL_FIXTURE = "lm_eval_config"
@@ -42,24 +42,51 @@ class SuiteOptions:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("humming-matrix", "vLLM config suites (humming-matrix)")
-    group.addoption("--config-list-file", action="store", metavar="FILE",
-                    help="list of config YAMLs, one per line, relative to the list's folder")
-    group.addoption("--results-dir", action="store", default="results/local", metavar="DIR",
-                    help="result store for the records (default: results/local)")
-    group.addoption("--question-limit", action="store", type=int, default=None, metavar="N",
-                    help="ask at most N questions (GSM8K) or documents per task (lm-eval)")
-    group.addoption("--endpoint", action="store", default=None, metavar="URL",
-                    help="use a server that is already up instead of launching `vllm serve`")
-    group.addoption("--tp-size", action="store", type=int, default=1, metavar="N",
-                    help="tensor parallel size for lm-eval configs, as vLLM's harness takes it")
+    group.addoption(
+        "--config-list-file",
+        action="store",
+        metavar="FILE",
+        help="list of config YAMLs, one per line, relative to the list's folder",
+    )
+    group.addoption(
+        "--results-dir",
+        action="store",
+        default="results/local",
+        metavar="DIR",
+        help="result store for the records (default: results/local)",
+    )
+    group.addoption(
+        "--question-limit",
+        action="store",
+        type=int,
+        default=None,
+        metavar="N",
+        help="ask at most N questions (GSM8K) or documents per task (lm-eval)",
+    )
+    group.addoption(
+        "--endpoint",
+        action="store",
+        default=None,
+        metavar="URL",
+        help="use a server that is already up instead of launching `vllm serve`",
+    )
+    group.addoption(
+        "--tp-size",
+        action="store",
+        type=int,
+        default=1,
+        metavar="N",
+        help="tensor parallel size for lm-eval configs, as vLLM's harness takes it",
+    )
 
 
 def failure_message(exc: HummingMatrixError) -> str:
     """A config that could not be judged says why, apart from a config that failed its gate."""
     if isinstance(exc, InfrastructureError):
         tail = getattr(exc, "log_tail", "")
-        return (f"infrastructure failure, not a verdict: {exc}"
-                + (f"\n--- server log (tail) ---\n{tail}" if tail else ""))
+        return f"infrastructure failure, not a verdict: {exc}" + (
+            f"\n--- server log (tail) ---\n{tail}" if tail else ""
+        )
     return f"humming-matrix: {exc}"
 
 
@@ -77,10 +104,10 @@ def resolve_list_file(option: str, test_dir: Path, cwd: Path) -> Path:
 def _list_file(metafunc: pytest.Metafunc) -> Path:
     option = metafunc.config.getoption("--config-list-file")
     if not option:
-        pytest.fail("--config-list-file FILE is required (a list of config YAMLs)",
-                    pytrace=False)
-    return resolve_list_file(str(option), metafunc.definition.path.parent,
-                             metafunc.config.invocation_params.dir)
+        pytest.fail("--config-list-file FILE is required (a list of config YAMLs)", pytrace=False)
+    return resolve_list_file(
+        str(option), metafunc.definition.path.parent, metafunc.config.invocation_params.dir
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -96,8 +123,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(GSM8K_FIXTURE, configs, ids=[c.name for c in configs])
         else:
             lm_configs = load_lm_eval_configs([], [list_file])
-            metafunc.parametrize(LM_EVAL_FIXTURE, lm_configs,
-                                 ids=[c.name for c in lm_configs])
+            metafunc.parametrize(LM_EVAL_FIXTURE, lm_configs, ids=[c.name for c in lm_configs])
     except HummingMatrixError as exc:
         pytest.fail(f"humming-matrix: {exc}", pytrace=False)
 
@@ -124,8 +150,7 @@ class _StableNodeIds:
         self.stable: dict[str, str] = {}
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        self.stable = {item.nodeid: nodeid for item in items
-                       if (nodeid := _stable_nodeid(item))}
+        self.stable = {item.nodeid: nodeid for item in items if (nodeid := _stable_nodeid(item))}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -147,5 +172,6 @@ def suite_options(pytestconfig: pytest.Config) -> SuiteOptions:
     results = Path(pytestconfig.getoption("--results-dir"))
     if not results.is_absolute():
         results = pytestconfig.invocation_params.dir / results
-    return SuiteOptions(results=results, limit=limit,
-                        endpoint=pytestconfig.getoption("--endpoint"), tp_size=tp_size)
+    return SuiteOptions(
+        results=results, limit=limit, endpoint=pytestconfig.getoption("--endpoint"), tp_size=tp_size
+    )

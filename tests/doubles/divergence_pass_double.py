@@ -16,18 +16,19 @@ import random
 from array import array
 from pathlib import Path
 
-from humming_matrix.config import EvalConfig
 from humming_matrix.divergence.record import AnswerLogprobs, DivergenceRecord, pad_top
 from humming_matrix.divergence.record import write_divergence_record as write_record
-from humming_matrix.results import ConfigInfo, Timings, new_run_id, utc_now_iso
+from humming_matrix.store.results import ConfigInfo, Timings, new_run_id, utc_now_iso
+from humming_matrix.suite.config import EvalConfig
 
 VOCAB = 32
 ANSWER_TOKENS = 6
 TOP_K = 5
 
 
-def _logprobs(question: int, position: int, noise: random.Random, jitter: float,
-              shift: float) -> list[float]:
+def _logprobs(
+    question: int, position: int, noise: random.Random, jitter: float, shift: float
+) -> list[float]:
     base = random.Random(question * 7919 + position)
     logits = [base.gauss(0.0, 2.0) for _ in range(VOCAB)]
     fixed = random.Random(1_000_003 + question * 7919 + position)
@@ -52,8 +53,17 @@ def _answer(question: int, noise: random.Random, jitter: float, shift: float) ->
     return AnswerLogprobs(question, None, 100, tokens, chosen, top_ids, top_lps)
 
 
-def write_pass(store: Path, config: EvalConfig, version: str, session: str, questions: int, *,
-               seed: int, jitter: float = 0.02, shift: float = 0.0) -> Path:
+def write_pass(
+    store: Path,
+    config: EvalConfig,
+    version: str,
+    session: str,
+    questions: int,
+    *,
+    seed: int,
+    jitter: float = 0.02,
+    shift: float = 0.0,
+) -> Path:
     """One complete pass of `config` by humming-kernels `version`, into `store`."""
     noise = random.Random(seed)
     record = DivergenceRecord(

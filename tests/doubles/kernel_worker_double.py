@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TEST DOUBLE of the kernel worker (`python -m humming_matrix.kernels.probe PLAN EVENTS`).
+"""TEST DOUBLE of the kernel worker (`python -m humming_matrix.kernels.runner PLAN EVENTS`).
 
 The watchdog and the `kernels` command start it as their worker, so the real process group,
 event file, timeout, kill, restart and record code run against it. It touches no GPU and runs no
@@ -88,8 +88,14 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
                 "time": {"median_ms": ms, "mad_ms": ms / 100, "min_ms": ms, "repeats": 5},
             }
             if behaviour == "error":
-                batch = {"m": m, "rel_err": [], "worst_row_rel_err": [], "nan": 0, "inf": 0,
-                         "error": "RuntimeError: CUDA error: an illegal memory access"}
+                batch = {
+                    "m": m,
+                    "rel_err": [],
+                    "worst_row_rel_err": [],
+                    "nan": 0,
+                    "inf": 0,
+                    "error": "RuntimeError: CUDA error: an illegal memory access",
+                }
             result["batches"].append(batch)
             emit("progress", index=index, stage="batch", m=m)
         emit("case", index=index, result=result)

@@ -64,8 +64,9 @@ def _fixed_logits(context: tuple[int, int]) -> tuple[float, ...]:
     rng = random.Random(context[0] * 1000003 + context[1])
     logits = [rng.gauss(0.0, 2.0) for _ in range(VOCAB)]
     if SHIFT:
-        fixed = random.Random(int(POLICY.get("shift_seed", 1)) * 7919 + context[0] * 257
-                              + context[1])
+        fixed = random.Random(
+            int(POLICY.get("shift_seed", 1)) * 7919 + context[0] * 257 + context[1]
+        )
         logits = [x + fixed.gauss(0.0, SHIFT) for x in logits]
     return tuple(logits)
 
@@ -91,11 +92,19 @@ def prompt_logprobs(text: str, k: int, noise: random.Random | None) -> list[Any]
         lps = _logprobs((raw[t - 2] if t >= 2 else -1, raw[t - 1]), noise)
         order = sorted(range(VOCAB), key=lambda v: (-lps[v], v))
         rank = {v: r + 1 for r, v in enumerate(order)}
-        entry = {str(ids[t]): {"logprob": lps[raw[t]], "rank": rank[raw[t]],
-                               "decoded_token": chr(raw[t])}}
+        entry = {
+            str(ids[t]): {
+                "logprob": lps[raw[t]],
+                "rank": rank[raw[t]],
+                "decoded_token": chr(raw[t]),
+            }
+        }
         for v in order[:k]:
-            entry[str(v + ids[t] - raw[t])] = {"logprob": lps[v], "rank": rank[v],
-                                               "decoded_token": chr(v)}
+            entry[str(v + ids[t] - raw[t])] = {
+                "logprob": lps[v],
+                "rank": rank[v],
+                "decoded_token": chr(v),
+            }
         steps.append(entry)
     return steps
 
@@ -112,16 +121,33 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _authorized(self) -> bool:
+        # As vLLM's middleware: with --api-key, every /v1 request needs the bearer token.
+        if _API_KEY is None or not self.path.startswith("/v1"):
+            return True
+        if self.headers.get("Authorization") == f"Bearer {_API_KEY}":
+            return True
+        self._send(401, {"error": "Unauthorized"})
+        return False
+
     def do_GET(self) -> None:
+        if not self._authorized():
+            return
+        if self.path == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": "double"}]})
+            return
         self._send(200 if self.path == "/health" else 404, {})
 
     def do_POST(self) -> None:
         global _completions
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if not self._authorized():
+            return
         if self.path == "/tokenize":
             ids = _ids(body["prompt"])
-            self._send(200, {"count": len(ids), "max_model_len": 4096, "tokens": ids,
-                             "token_strs": None})
+            self._send(
+                200, {"count": len(ids), "max_model_len": 4096, "tokens": ids, "token_strs": None}
+            )
             return
         if self.path != "/v1/completions":
             self._send(404, {})
@@ -134,22 +160,43 @@ class Handler(BaseHTTPRequestHandler):
             return
         k = int(body.get("prompt_logprobs") or 0)
         if k > 20:
-            self._send(400, {"error": {"message": f"Requested prompt logprobs of {k}, which is "
-                                                  "greater than max allowed: 20"}})
+            self._send(
+                400,
+                {
+                    "error": {
+                        "message": f"Requested prompt logprobs of {k}, which is "
+                        "greater than max allowed: 20"
+                    }
+                },
+            )
             return
         text = body["prompt"]
         with _lock:
             _asked[text] = _asked.get(text, 0) + 1
             seed = f"{POLICY.get('jitter_seed', 0)}|{_asked[text]}|{text}"
         noise = random.Random(seed)
-        self._send(200, {"choices": [{
-            "index": 0, "text": "x", "finish_reason": "length",
-            "prompt_logprobs": prompt_logprobs(text, k, noise) if k else None,
-            "prompt_token_ids": _ids(text) if body.get("return_token_ids") else None,
-        }]})
+        self._send(
+            200,
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "x",
+                        "finish_reason": "length",
+                        "prompt_logprobs": prompt_logprobs(text, k, noise) if k else None,
+                        "prompt_token_ids": _ids(text) if body.get("return_token_ids") else None,
+                    }
+                ]
+            },
+        )
+
+
+_API_KEY: str | None = None
 
 
 def main(argv: list[str]) -> None:
+    global _API_KEY
+    _API_KEY = argv[argv.index("--api-key") + 1] if "--api-key" in argv else None
     if "exit_at_start" in POLICY:
         print("RuntimeError: double: dying at start as told", flush=True)
         sys.exit(int(POLICY["exit_at_start"]))

@@ -13,6 +13,8 @@ for _version in os.environ.get("NOXFILE_DOUBLE_VERSIONS", "").split(","):
 
     @nox.session(name=f"humming-{_version}", python=False)
     def _uninstallable(session: nox.Session, version: str = _version) -> None:
-        print(f"error: No solution found when resolving dependencies: humming-kernels=={version}"
-              " has no wheel here")
+        print(
+            f"error: No solution found when resolving dependencies: humming-kernels=={version}"
+            " has no wheel here"
+        )
         session.error("installing the cell failed")

@@ -8,6 +8,9 @@ it recognises each GSM8K test question in the prompt and answers by a policy the
 Standard library only: under nox it runs in the session's own interpreter (`/usr/bin/env python3`
 resolves to the session venv), so it can read the installed humming-kernels version.
 
+Launched with `--api-key KEY` (as the product launches it), every /v1 request must carry
+`Authorization: Bearer KEY` or gets 401, as vLLM's own middleware answers.
+
 Policy: JSON in the environment variable HUMMING_DOUBLE_POLICY (from the test's environment or the
 config's `env`, which also checks that the config env reaches the server). Keys, all optional:
   wrong: [index...]           answered with label + 1
@@ -28,6 +31,12 @@ config's `env`, which also checks that the config env reaches the server). Keys,
   record_env: [name...]       environment variable names to include in that record
   delay: s                    seconds to wait before each answer
   log_requests: path          append the question index of every completion request, one a line
+  impostor: true              behave as a server that is not the one launched (another process
+                              that took the port): answer every request, ignoring `--api-key`
+  bad_request: [index...]     answered with HTTP 400 and vLLM's context-length message
+  cuda_crash_at: k            at the k-th completion request, print a CUDA error traceback as
+                              vLLM's engine does and exit (code 1)
+  echo_args: true             print the argv at start, as vLLM logs its non-default args
   lm_eval: true               lm-eval mode: accept lm-eval `local-completions` requests instead of
                               the GSM8K harness's exact parameters (any max_tokens, stop list and
                               seed; `model` must name the served model; temperature 0), and answer
@@ -79,7 +88,12 @@ def _in_specifier(version: str, spec: str) -> bool:
         op, bound = re.match(r"(==|!=|>=|<=|>|<)\s*(.+)", clause).groups()  # type: ignore[union-attr]
         b = _version_tuple(bound)
         ok = {
-            "==": v == b, "!=": v != b, ">=": v >= b, "<=": v <= b, ">": v > b, "<": v < b,
+            "==": v == b,
+            "!=": v != b,
+            ">=": v >= b,
+            "<=": v <= b,
+            ">": v > b,
+            "<": v < b,
         }[op]
         if not ok:
             return False
@@ -87,8 +101,9 @@ def _in_specifier(version: str, spec: str) -> bool:
 
 
 class Double:
-    def __init__(self, policy: dict[str, Any], model: str) -> None:
+    def __init__(self, policy: dict[str, Any], model: str, api_key: str | None = None) -> None:
         self.policy = policy
+        self.api_key = None if policy.get("impostor") else api_key
         self.model = model
         self.lock = threading.Lock()
         self.requests = 0
@@ -133,21 +148,34 @@ class Double:
         if not users or not isinstance(users[-1], str):
             return 400, {"error": "double expects a user message"}
         earlier = "".join(str(m.get("content", "")) for m in messages[:-1])
-        code, payload = self.answer({**body, "prompt": users[-1].rstrip()},
-                                    extra_shots=earlier.count("Question: "),
-                                    turns=len(messages))
+        code, payload = self.answer(
+            {**body, "prompt": users[-1].rstrip()},
+            extra_shots=earlier.count("Question: "),
+            turns=len(messages),
+        )
         if code == 200:
             text = payload["choices"][0].pop("text")
             payload["choices"][0]["message"] = {"role": "assistant", "content": text}
             payload["object"] = "chat.completion"
         return code, payload
 
-    def answer(self, body: dict[str, Any], extra_shots: int = 0,
-               turns: int = 0) -> tuple[int, dict[str, Any]]:
+    def answer(
+        self, body: dict[str, Any], extra_shots: int = 0, turns: int = 0
+    ) -> tuple[int, dict[str, Any]]:
         with self.lock:
             self.requests += 1
             n = self.requests
         if self.policy.get("die_at") == n:
+            os._exit(1)
+        if self.policy.get("cuda_crash_at") == n:
+            print(
+                "ERROR 12-03 08:10:00 [core.py:708] EngineCore encountered a fatal error.\n"
+                "Traceback (most recent call last):\n"
+                '  File "/vllm/v1/engine/core.py", line 699, in run_engine_core\n'
+                "torch.AcceleratorError: CUDA error: an illegal memory access was "
+                "encountered",
+                flush=True,
+            )
             os._exit(1)
         hang_at = self.policy.get("hang_at")
         if hang_at is not None and n >= hang_at:
@@ -157,23 +185,37 @@ class Double:
             problem = self._lm_eval_problem(body)
             if problem:
                 return 400, {"error": problem}
-        for key, expected in () if lm_eval else (("max_tokens", 256), ("temperature", 0.0),
-                                                 ("seed", 42),
-                              ("stop", EXPECTED_STOP)):
+        for key, expected in (
+            ()
+            if lm_eval
+            else (("max_tokens", 256), ("temperature", 0.0), ("seed", 42), ("stop", EXPECTED_STOP))
+        ):
             if body.get(key) != expected:
                 return 400, {"error": f"double expects {key}={expected!r}, got {body.get(key)!r}"}
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt.endswith("\nAnswer:"):
             return 400, {"error": "prompt must be a string ending in '\\nAnswer:'"}
-        question = prompt[prompt.rfind("Question: ") + len("Question: "): -len("\nAnswer:")]
+        question = prompt[prompt.rfind("Question: ") + len("Question: ") : -len("\nAnswer:")]
         if question not in self.questions:
             return 400, {"error": "unknown question"}
         index, label = self.questions[question]
+        if index in self.policy.get("bad_request", []):
+            return 400, {
+                "object": "error",
+                "type": "BadRequestError",
+                "code": 400,
+                "message": "This model's maximum context length is 1024 tokens. However, "
+                "you requested 1210 tokens (954 in the messages, 256 in the "
+                "completion). Please reduce the length of the messages or "
+                "completion.",
+            }
         if lm_eval and "lm_eval_log" in self.policy:
-            entry = {key: body.get(key) for key in ("model", "max_tokens", "temperature", "stop",
-                                                    "seed")}
-            entry.update(index=index, shots=prompt.count("Question: ") - 1 + extra_shots,
-                         turns=turns)
+            entry = {
+                key: body.get(key) for key in ("model", "max_tokens", "temperature", "stop", "seed")
+            }
+            entry.update(
+                index=index, shots=prompt.count("Question: ") - 1 + extra_shots, turns=turns
+            )
             with self.lock, open(self.policy["lm_eval_log"], "a", encoding="utf-8") as log:
                 log.write(json.dumps(entry) + "\n")
         if "log_requests" in self.policy:
@@ -223,7 +265,17 @@ def _handler(double: Double) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _authorized(self) -> bool:
+            if double.api_key is None or not self.path.startswith("/v1"):
+                return True
+            if self.headers.get("Authorization") == f"Bearer {double.api_key}":
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self) -> None:
+            if not self._authorized():
+                return
             if self.path == "/health":
                 code = 503 if double.policy.get("never_healthy") else 200
                 self._send(code, {})
@@ -235,6 +287,8 @@ def _handler(double: Double) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
+            if not self._authorized():
+                return
             if self.path == "/v1/chat/completions" and double.policy.get("lm_eval"):
                 code, payload = double.chat(body)
                 self._send(code, payload)
@@ -255,7 +309,10 @@ def main(argv: list[str]) -> int:
     model = argv[1]
     port = int(argv[argv.index("--port") + 1])
     policy: dict[str, Any] = json.loads(os.environ.get("HUMMING_DOUBLE_POLICY", "{}"))
+    api_key = argv[argv.index("--api-key") + 1] if "--api-key" in argv else None
     print(f"vllm double: serve {model} on port {port}", flush=True)
+    if policy.get("echo_args"):
+        print(f"vllm double: non-default args: {argv}", flush=True)
     if policy.get("ignore_sigterm"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = None
@@ -263,20 +320,24 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     if "record" in policy:
         names = policy.get("record_env", [])
-        Path(policy["record"]).write_text(json.dumps({
-            "argv": argv,
-            "env": {n: os.environ.get(n) for n in names},
-            "pid": os.getpid(),
-            "child_pid": child.pid if child else None,
-            "humming": _humming_version(),
-        }))
+        Path(policy["record"]).write_text(
+            json.dumps(
+                {
+                    "argv": argv,
+                    "env": {n: os.environ.get(n) for n in names},
+                    "pid": os.getpid(),
+                    "child_pid": child.pid if child else None,
+                    "humming": _humming_version(),
+                }
+            )
+        )
     if "replay_log" in policy:
         print(Path(policy["replay_log"]).read_text(encoding="utf-8"), end="", flush=True)
     if "exit_at_start" in policy:
         print("vllm double: planted fatal error: CUDA out of memory", flush=True)
         return int(policy["exit_at_start"])
     time.sleep(float(policy.get("startup_delay", 0)))
-    double = Double(policy, model)
+    double = Double(policy, model, api_key)
     server = _Server(("127.0.0.1", port), _handler(double))
     print("vllm double: ready", flush=True)
     server.serve_forever()

@@ -68,26 +68,26 @@ def __getattr__(name):
     raise AttributeError(name)
 '''
 
-CPU_PLATFORM = '''from vllm.platforms import Platform
+CPU_PLATFORM = """from vllm.platforms import Platform
 
 
 class CpuPlatform(Platform):
     device_type = "cpu"
-'''
+"""
 
-CUDA_PLATFORM = '''from vllm.platforms import Platform
+CUDA_PLATFORM = """from vllm.platforms import Platform
 
 
 class CudaPlatform(Platform):
     device_type = "cuda"
-'''
+"""
 
-ARGPARSE_UTILS = '''import argparse
+ARGPARSE_UTILS = """import argparse
 
 
 class FlexibleArgumentParser(argparse.ArgumentParser):
     pass
-'''
+"""
 
 CLI_ARGS = '''"""TEST DOUBLE of vLLM's serve args: a few real flags, and one post-parse rule."""
 
@@ -139,8 +139,8 @@ def cmd_init():
     return [ServeSubcommand()]
 '''
 
-HUMMING_LINEAR = '''from humming.ops import gemm  # noqa: F401
-'''
+HUMMING_LINEAR = """from humming.ops import gemm  # noqa: F401
+"""
 
 HUMMING = {
     "humming/__init__.py": '"""TEST DOUBLE of humming-kernels."""\n',

@@ -61,8 +61,16 @@ class Workspace:
 
     def common_args(self) -> list[str]:
         return [
-            "--config", str(self.config), "--limit", str(LIMIT), "--results", str(self.store),
-            "--noxfile", str(REPO / "noxfile.py"), "--envdir", str(self.root / "envs"),
+            "--config",
+            str(self.config),
+            "--limit",
+            str(LIMIT),
+            "--results",
+            str(self.store),
+            "--noxfile",
+            str(REPO / "noxfile.py"),
+            "--envdir",
+            str(self.root / "envs"),
         ]
 
     def index_args(self) -> list[str]:
@@ -71,7 +79,11 @@ class Workspace:
     def cli(self, *args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "humming_matrix", *map(str, args)],
-            capture_output=True, text=True, env=self.env, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+            check=False,
             cwd=self.root,
         )
 

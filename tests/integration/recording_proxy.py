@@ -82,8 +82,13 @@ class RecordingProxy:
                         self.command, proxy.upstream + self.path, content=body, headers=headers
                     )
                 proxy._keep(
-                    Exchange(self.command, self.path, _json(body), answer.status_code,
-                             _json(answer.content))
+                    Exchange(
+                        self.command,
+                        self.path,
+                        _json(body),
+                        answer.status_code,
+                        _json(answer.content),
+                    )
                 )
                 self.send_response(answer.status_code)
                 self.send_header(

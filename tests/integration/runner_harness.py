@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.results import Gsm8kRecord, iter_gsm8k_records
+from humming_matrix.store.results import Gsm8kRecord, iter_gsm8k_records
 
 CONFIG = (
     'model_name: "double/model"\n'
@@ -21,9 +21,16 @@ CONFIG = (
 )
 
 
-def write_config(directory: Path, name: str = "double", *, threshold: float = 0.9,
-                 questions: int = 1319, wait: float = 60, env: dict[str, Any] | None = None,
-                 extra: str = "") -> Path:
+def write_config(
+    directory: Path,
+    name: str = "double",
+    *,
+    threshold: float = 0.9,
+    questions: int = 1319,
+    wait: float = 60,
+    env: dict[str, Any] | None = None,
+    extra: str = "",
+) -> Path:
     text = CONFIG.format(threshold=threshold, questions=questions, wait=wait) + extra
     if env:
         text += "env:\n" + "".join(f"  {k}: '{v}'\n" for k, v in env.items())
@@ -36,12 +43,17 @@ def policy_env(policy: dict[str, Any]) -> dict[str, str]:
     return {"HUMMING_DOUBLE_POLICY": json.dumps(policy)}
 
 
-def cli(*args: str | Path, env: dict[str, str] | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str | Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "humming_matrix", *map(str, args)],
-        capture_output=True, text=True, env=full_env, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.results import iter_gsm8k_records
+from humming_matrix.store.results import iter_gsm8k_records
 from tests.integration.bisect_workspace import REPO, Workspace, make_workspace
 
 
@@ -22,7 +22,13 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
 
 def bisect_args(ws: Workspace, *extra: str) -> list[str]:
     return [
-        "bisect", "--good", "0.1.2", "--bad", "0.1.8", *ws.index_args(), *ws.common_args(),
+        "bisect",
+        "--good",
+        "0.1.2",
+        "--bad",
+        "0.1.8",
+        *ws.index_args(),
+        *ws.common_args(),
         *extra,
     ]
 
@@ -90,17 +96,27 @@ def test_finds_first_bad_skips_uninstallable_then_resumes_and_reuses(ws: Workspa
     assert "bisect: sessions run: humming-0.1.4.post1;" in fresh.stdout
     assert "bisect: first bad 0.1.6, last good 0.1.5" in fresh.stdout
     assert ws.record_files() == records_before
-    log = [json.loads(x) for x in (ws.store / "bisect" / "0.1.2..0.1.8.jsonl").read_text()
-           .splitlines()]
+    log = [
+        json.loads(x) for x in (ws.store / "bisect" / "0.1.2..0.1.8.jsonl").read_text().splitlines()
+    ]
     assert [(e["version"], e["status"]) for e in log if e["event"] == "probe"] == [
-        ("0.1.2", "reused"), ("0.1.8", "reused"), ("0.1.4.post1", "untestable"),
-        ("0.1.5", "reused"), ("0.1.6", "reused"),
+        ("0.1.2", "reused"),
+        ("0.1.8", "reused"),
+        ("0.1.4.post1", "untestable"),
+        ("0.1.5", "reused"),
+        ("0.1.6", "reused"),
     ]
 
 
 def test_untestable_good_endpoint_exits_3(ws: Workspace) -> None:
     done = ws.cli(
-        "bisect", "--good", "0.1.4.post1", "--bad", "0.1.8", *ws.index_args(), *ws.common_args(),
+        "bisect",
+        "--good",
+        "0.1.4.post1",
+        "--bad",
+        "0.1.8",
+        *ws.index_args(),
+        *ws.common_args(),
     )
     assert done.returncode == 3, done.stdout + done.stderr
     assert (
@@ -129,8 +145,18 @@ def test_matrix_without_a_pairing_is_refused_before_anything_runs(
     links = tmp_path / "links"
     links.mkdir()
     (links / "humming_kernels-0.2.1-py3-none-any.whl").touch()
-    done = ws.cli("bisect", "--good", "0.1.8", "--bad", "0.2.1", "--find-links", str(links),
-                  "--index-cache", str(tmp_path / "cache"), *ws.common_args())
+    done = ws.cli(
+        "bisect",
+        "--good",
+        "0.1.8",
+        "--bad",
+        "0.2.1",
+        "--find-links",
+        str(links),
+        "--index-cache",
+        str(tmp_path / "cache"),
+        *ws.common_args(),
+    )
     assert done.returncode == 2
     assert done.stderr.strip() == (
         f"humming-matrix: error: {ws.root / 'matrix.toml'}: pairing: no pairing's humming "
@@ -145,9 +171,25 @@ def test_nox_bisect_session_forwards_to_the_cli(ws: Workspace) -> None:
     first = ws.cli(*bisect_args(ws))
     assert first.returncode == 0, first.stderr
     done = subprocess.run(
-        [sys.executable, "-m", "nox", "-f", str(REPO / "noxfile.py"), "--envdir",
-         str(ws.root / "envs"), "-s", "bisect", "--", *bisect_args(ws)[1:]],
-        capture_output=True, text=True, env=ws.env, timeout=300, check=False, cwd=ws.root,
+        [
+            sys.executable,
+            "-m",
+            "nox",
+            "-f",
+            str(REPO / "noxfile.py"),
+            "--envdir",
+            str(ws.root / "envs"),
+            "-s",
+            "bisect",
+            "--",
+            *bisect_args(ws)[1:],
+        ],
+        capture_output=True,
+        text=True,
+        env=ws.env,
+        timeout=300,
+        check=False,
+        cwd=ws.root,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout + done.stderr

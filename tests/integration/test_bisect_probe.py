@@ -15,10 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.config import EvalConfig, load_config
-from humming_matrix.matrix import load_matrix
-from humming_matrix.probe import NoxRunner, Prober, ProbeStatus, ProbeTimeoutError, Suite
-from humming_matrix.slots import SlotPool
+from humming_matrix.bisect.version_runner import (
+    NoxRunner,
+    Prober,
+    ProbeStatus,
+    ProbeTimeoutError,
+    Suite,
+)
+from humming_matrix.ci.slots import SlotPool
+from humming_matrix.matrix.cells import load_matrix
+from humming_matrix.suite.config import EvalConfig, load_config
 from tests.integration.runner_harness import alive
 from tests.unit.test_bisection_driver import TEST_MATRIX, SessionDouble
 
@@ -46,8 +52,7 @@ STARTUP_S = 3.0
 def config(tmp_path: Path) -> EvalConfig:
     path = tmp_path / "double.yaml"
     path.write_text(
-        'model_name: "double/model"\naccuracy_threshold: 0.5\nnum_questions: 1319\n'
-        "num_fewshot: 5\n"
+        'model_name: "double/model"\naccuracy_threshold: 0.5\nnum_questions: 1319\nnum_fewshot: 5\n'
     )
     return load_config(path)
 
@@ -62,8 +67,9 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool
     flags = ("--ignore-term",) if ignore_term else ()
     # The timeout leaves a loaded machine time to start the double and its child before it
     # fires; the double writes their pids only once both run.
-    runner = NoxRunner(noxfile, timeout=STARTUP_S, nox=(sys.executable, str(script), *flags),
-                       grace=1.0)
+    runner = NoxRunner(
+        noxfile, timeout=STARTUP_S, nox=(sys.executable, str(script), *flags), grace=1.0
+    )
     log = tmp_path / "probe.log"
     start = time.monotonic()
     with pytest.raises(ProbeTimeoutError, match=r"humming-0\.1\.4 ran past 3 s"):
@@ -75,7 +81,14 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, ignore_term: bool
     assert time.monotonic() - start < STARTUP_S + 1.0 + 10
     assert log.read_text().splitlines()[0] == "nox > Running session"
     assert pids["argv"] == [
-        *flags, "-f", str(noxfile), "-s", "humming-0.1.4", "--", "--pids", str(pids_file),
+        *flags,
+        "-f",
+        str(noxfile),
+        "-s",
+        "humming-0.1.4",
+        "--",
+        "--pids",
+        str(pids_file),
     ]
 
 
@@ -90,7 +103,8 @@ def test_a_timed_out_probe_is_untestable(tmp_path: Path, config: EvalConfig) -> 
     suite = Suite((config,), ("--pids", str(tmp_path / "pids.json")), tmp_path / "store", 5)
     result = Prober(suite, runner, log_dir=tmp_path / "logs").probe(cell)
     assert (result.status, result.reason) == (
-        ProbeStatus.UNTESTABLE, "humming-0.1.4 ran past 3 s",
+        ProbeStatus.UNTESTABLE,
+        "humming-0.1.4 ran past 3 s",
     )
     assert not alive(json.loads((tmp_path / "pids.json").read_text())["child"])
 
@@ -113,7 +127,8 @@ class SlotRecordingSessionDouble(SessionDouble):
             self.running += 1
             self.peak = max(self.peak, self.running)
             self.seen[session] = (
-                env["CUDA_VISIBLE_DEVICES"], env["HUMMING_MATRIX_GPUS"],
+                env["CUDA_VISIBLE_DEVICES"],
+                env["HUMMING_MATRIX_GPUS"],
                 env["HUMMING_MATRIX_SLOT_DIR"],
             )
             # The first two hold their GPU until both run, however late the second thread
@@ -151,10 +166,10 @@ def test_parallel_probes_each_get_their_own_gpu(tmp_path: Path, config: EvalConf
 PARALLEL_PROBES = """\
 import sys
 from pathlib import Path
-from humming_matrix.config import load_config
-from humming_matrix.matrix import load_matrix
+from humming_matrix.suite.config import load_config
+from humming_matrix.matrix.cells import load_matrix
 from humming_matrix.interrupts import terminate_unwinds
-from humming_matrix.probe import NoxRunner, Prober, Suite
+from humming_matrix.bisect.version_runner import NoxRunner, Prober, Suite
 root = Path(sys.argv[1])
 matrix = load_matrix(root / "m.toml")
 runner = NoxRunner(root / "noxfile.py", nox=(sys.executable, str(root / "nox_double.py")),

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from scipy import stats as sp
 
+from humming_matrix.judge.stats import PairedTable, paired_difference_interval
 from humming_matrix.lmeval.record import iter_lm_eval_records
-from humming_matrix.results import iter_gsm8k_records
-from humming_matrix.stats import PairedTable, paired_difference_interval
+from humming_matrix.store.results import iter_gsm8k_records
 
 from .runner_harness import cli
 from .runner_harness import write_config as write_gsm8k_config
@@ -36,7 +36,8 @@ from .test_lm_eval import FLEXIBLE, STRICT, write_config
 BASELINE = {"lm_eval": True, "wrong": [1, 4], "no_marker": [2]}
 CANDIDATE = {"lm_eval": True, "wrong": [1], "no_marker": list(range(5, 17))}
 STRICT_FLIPS = [(2, "wrong->right"), (4, "wrong->right")] + [
-    (i, "right->wrong") for i in range(5, 17)]
+    (i, "right->wrong") for i in range(5, 17)
+]
 # b = 12 of m = 14: mid-p 2 (C(14,13) + C(14,14)) + C(14,12) over 2^15; exact p C(14,12..14) / 2^14
 STRICT_MIDP = (2 * (14 + 1) + 91) / 2**15
 STRICT_EXACT = (91 + 14 + 1) / 2**14
@@ -57,12 +58,27 @@ def build_lm_eval_runs(root: Path) -> Path:
     """Two real lm-eval runs (store/v0.1.6, store/v0.1.10) and one short GSM8K run (gsm8k/)."""
     config = write_config(root, strict=0.9, flexible=0.9)  # threshold 0.9 * 0.92 = 0.828
     for version, policy in (("0.1.6", BASELINE), ("0.1.10", CANDIDATE)):
-        done = cli("lm-eval", "--config", config, "--results", root / "store" / f"v{version}",
-                   env=run_env(root, version, policy), timeout=300)
+        done = cli(
+            "lm-eval",
+            "--config",
+            config,
+            "--results",
+            root / "store" / f"v{version}",
+            env=run_env(root, version, policy),
+            timeout=300,
+        )
         # The candidate's strict-match (0.55) misses its threshold: lm-eval's own gate fails.
         assert done.returncode == (0 if version == "0.1.6" else 1), done.stderr
-    gsm8k = cli("run", "--config", write_gsm8k_config(root, threshold=0.5), "--results",
-                root / "gsm8k", "--limit", "10", env=run_env(root, "0.1.6", {"wrong": [3]}))
+    gsm8k = cli(
+        "run",
+        "--config",
+        write_gsm8k_config(root, threshold=0.5),
+        "--results",
+        root / "gsm8k",
+        "--limit",
+        "10",
+        env=run_env(root, "0.1.6", {"wrong": [3]}),
+    )
     assert gsm8k.returncode == 0, gsm8k.stderr
     return root
 
@@ -74,8 +90,9 @@ def compare(*args: str | Path) -> tuple[int, str, str]:
 
 def test_a_regression_in_one_filter_with_exact_flips(runs: Path, tmp_path: Path) -> None:
     out, md = tmp_path / "cmp.json", tmp_path / "cmp.md"
-    code, stdout, stderr = compare(runs / "store" / "v0.1.6", runs / "store" / "v0.1.10",
-                                   "--json", out, "--markdown", md)
+    code, stdout, stderr = compare(
+        runs / "store" / "v0.1.6", runs / "store" / "v0.1.10", "--json", out, "--markdown", md
+    )
     assert (code, stderr) == (1, "")
     document = json.loads(out.read_text())
     assert (document["kind"], document["gate_failed"]) == ("lm-eval", True)
@@ -88,8 +105,12 @@ def test_a_regression_in_one_filter_with_exact_flips(runs: Path, tmp_path: Path)
     strict, flexible = config["metrics"]  # in the order the config names them
 
     assert (strict["task"], strict["key"], strict["verdict"]) == ("gsm8k", STRICT, "regression")
-    assert strict["table"] == {"both_right": 5, "right_to_wrong": 12, "wrong_to_right": 2,
-                               "both_wrong": 1}
+    assert strict["table"] == {
+        "both_right": 5,
+        "right_to_wrong": 12,
+        "wrong_to_right": 2,
+        "both_wrong": 1,
+    }
     assert (strict["b"], strict["c"], strict["paired_documents"]) == (12, 2, 20)
     assert strict["midp_regression"] == STRICT_MIDP
     assert strict["p_regression_exact"] == STRICT_EXACT
@@ -98,13 +119,16 @@ def test_a_regression_in_one_filter_with_exact_flips(runs: Path, tmp_path: Path)
     assert strict["difference"] == -10 / 20
     assert (strict["baseline"]["correct"], strict["candidate"]["correct"]) == (17, 7)
     wilson = sp.binomtest(7, 20).proportion_ci(0.95, method="wilson")  # independent of stats
-    assert strict["candidate"]["accuracy_interval"] == pytest.approx([wilson.low, wilson.high],
-                                                                     abs=1e-12)
+    assert strict["candidate"]["accuracy_interval"] == pytest.approx(
+        [wilson.low, wilson.high], abs=1e-12
+    )
     interval = paired_difference_interval(PairedTable(5, 12, 2, 1))
     assert strict["difference_interval"] == [interval.low, interval.high]
     assert [(f["doc_id"], f["direction"]) for f in strict["flips"]] == STRICT_FLIPS
-    assert (strict["flips"][0]["baseline_prediction"],
-            strict["flips"][0]["candidate_prediction"]) == ("[invalid]", "70000")
+    assert (
+        strict["flips"][0]["baseline_prediction"],
+        strict["flips"][0]["candidate_prediction"],
+    ) == ("[invalid]", "70000")
     assert strict["flips"][0]["target"].endswith("#### 70000")
     assert strict["backstop"]["measured"] == 0.35
     assert (strict["backstop"]["verdict"], strict["gate_failed"]) == ("failed", True)
@@ -112,31 +136,40 @@ def test_a_regression_in_one_filter_with_exact_flips(runs: Path, tmp_path: Path)
     assert (flexible["key"], flexible["verdict"]) == (FLEXIBLE, "inconclusive")
     assert (flexible["b"], flexible["c"]) == (0, 1)
     assert (flexible["midp_improvement"], flexible["midp_regression"]) == (0.25, 0.75)
-    assert [(f["doc_id"], f["baseline_prediction"], f["candidate_prediction"])
-            for f in flexible["flips"]] == [(4, "21", "20")]
+    assert [
+        (f["doc_id"], f["baseline_prediction"], f["candidate_prediction"])
+        for f in flexible["flips"]
+    ] == [(4, "21", "20")]
     assert (flexible["backstop"]["measured"], flexible["backstop"]["verdict"]) == (0.95, "passed")
     assert flexible["gate_failed"] is False
 
     assert "  gsm8k exact_match,strict-match: REGRESSION  [GATE FAILED]\n" in stdout
     assert "    baseline   0.8500 [0.6396, 0.9476] (17/20)\n" in stdout
-    assert ("    flips      b=12 right->wrong, c=2 wrong->right; one-sided mid-p 0.00369 (worse), "
-            "0.996 (better)\n") in stdout
+    assert (
+        "    flips      b=12 right->wrong, c=2 wrong->right; one-sided mid-p 0.00369 (worse), "
+        "0.996 (better)\n"
+    ) in stdout
     assert ("    gated p    0.0129 (worse), 1 (better): exact, Holm over 2\n") in stdout
     assert "    backstop   FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280)\n" in stdout
     assert "  gsm8k exact_match,flexible-extract: INCONCLUSIVE\n" in stdout
     assert stdout.endswith("\ngate failed for 1 of 2 lm-eval metrics\n")
-    assert ("| Model-FP8 | gsm8k | exact_match,strict-match | 85.00 [63.96, 94.76] | "
-            "35.00 [18.12, 56.71] | -50.00 [-71.73, -15.81] | 12 / 2 | 0.00369 | 53.36 | "
-            "FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280) | regression |") in md.read_text()
+    assert (
+        "| Model-FP8 | gsm8k | exact_match,strict-match | 85.00 [63.96, 94.76] | "
+        "35.00 [18.12, 56.71] | -50.00 [-71.73, -15.81] | 12 / 2 | 0.00369 | 53.36 | "
+        "FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280) | regression |"
+    ) in md.read_text()
 
 
 def test_the_other_way_round_is_an_improvement_and_passes(runs: Path) -> None:
-    code, stdout, stderr = compare(only_path(runs / "store" / "v0.1.10"),
-                                   only_path(runs / "store" / "v0.1.6"))
+    code, stdout, stderr = compare(
+        only_path(runs / "store" / "v0.1.10"), only_path(runs / "store" / "v0.1.6")
+    )
     assert (code, stderr) == (0, "")
     assert "  gsm8k exact_match,strict-match: IMPROVEMENT\n" in stdout
-    assert ("    flips      b=2 right->wrong, c=12 wrong->right; one-sided mid-p 0.996 (worse), "
-            "0.00369 (better)\n") in stdout
+    assert (
+        "    flips      b=2 right->wrong, c=12 wrong->right; one-sided mid-p 0.996 (worse), "
+        "0.00369 (better)\n"
+    ) in stdout
     assert "  gsm8k exact_match,flexible-extract: INCONCLUSIVE\n" in stdout
     assert "    backstop   pass (0.8500 vs 0.9 * (1 - 0.08) = 0.8280)\n" in stdout
     assert "GATE FAILED" not in stdout
@@ -146,8 +179,9 @@ def test_the_other_way_round_is_an_improvement_and_passes(runs: Path) -> None:
 def test_the_backstop_alone_fails_the_gate(runs: Path, tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
     # A 50-point drop under a 60-point minimum effect is "no change"; lm-eval's rule still fails.
-    code, stdout, _ = compare(runs / "store" / "v0.1.6", runs / "store" / "v0.1.10",
-                              "--min-effect", "0.6", "--json", out)
+    code, stdout, _ = compare(
+        runs / "store" / "v0.1.6", runs / "store" / "v0.1.10", "--min-effect", "0.6", "--json", out
+    )
     assert code == 1
     strict, flexible = json.loads(out.read_text())["configs"][0]["metrics"]
     assert (strict["verdict"], strict["gate_failed"]) == ("no change detected", True)
@@ -179,10 +213,11 @@ def test_a_graded_metric_is_judged_by_its_backstop_alone(runs: Path, tmp_path: P
     [config] = json.loads(out.read_text())["configs"]
     assert [m["key"] for m in config["metrics"]] == [STRICT]
     [unpaired] = config["unpaired_checks"]
-    assert (unpaired["key"], unpaired["verdict"], unpaired["failed"]) == (
-        FLEXIBLE, "passed", False)
-    assert ("  gsm8k exact_match,flexible-extract: backstop only (no 0/1 outcome per document): "
-            "pass (0.9500 vs 0.9 * (1 - 0.08) = 0.8280)\n") in stdout
+    assert (unpaired["key"], unpaired["verdict"], unpaired["failed"]) == (FLEXIBLE, "passed", False)
+    assert (
+        "  gsm8k exact_match,flexible-extract: backstop only (no 0/1 outcome per document): "
+        "pass (0.9500 vs 0.9 * (1 - 0.08) = 0.8280)\n"
+    ) in stdout
 
 
 def test_a_metric_lm_eval_did_not_report_fails_the_backstop(runs: Path, tmp_path: Path) -> None:
@@ -213,33 +248,58 @@ def test_refusals_are_one_line_naming_the_file_and_key(runs: Path, tmp_path: Pat
         data["samples"] = [s for s in data["samples"] if s["doc_id"] != 19]
 
     changed = edited_copy(cand, tmp_path / "sha", other_config)
-    assert compare(base, changed) == (2, "", (
-        f"humming-matrix: error: {changed}: config.sha256: config Model-FP8 differs from the "
-        f"baseline's (ffffffffffff vs {base_sha[:12]} in {base}): different configs cannot be "
-        "paired\n"))
+    assert compare(base, changed) == (
+        2,
+        "",
+        (
+            f"humming-matrix: error: {changed}: config.sha256: config Model-FP8 differs from the "
+            f"baseline's (ffffffffffff vs {base_sha[:12]} in {base}): different configs cannot be "
+            "paired\n"
+        ),
+    )
 
     unfinished = edited_copy(cand, tmp_path / "incomplete", incomplete)
     run_id = json.loads(cand.read_text())["run_id"]
-    assert compare(base, unfinished) == (2, "", (
-        f"humming-matrix: error: {unfinished}: complete: record {run_id} of config Model-FP8 is "
-        "incomplete; compare refuses incomplete records\n"))
+    assert compare(base, unfinished) == (
+        2,
+        "",
+        (
+            f"humming-matrix: error: {unfinished}: complete: record {run_id} of config "
+            "Model-FP8 is incomplete; compare refuses incomplete records\n"
+        ),
+    )
 
     short = edited_copy(cand, tmp_path / "short", fewer_documents)
-    assert compare(base, short) == (2, "", (
-        f"humming-matrix: error: {short}: samples[gsm8k {STRICT}]: documents differ from the "
-        f"baseline's in {base} (19 documents, 0..18 vs 20 documents, 0..19): run both with the "
-        "same --limit\n"))
+    assert compare(base, short) == (
+        2,
+        "",
+        (
+            f"humming-matrix: error: {short}: samples[gsm8k {STRICT}]: documents differ from the "
+            f"baseline's in {base} (19 documents, 0..18 vs 20 documents, 0..19): run both with the "
+            "same --limit\n"
+        ),
+    )
 
-    assert compare(base, cand, "--calibration", base) == (2, "", (
-        "humming-matrix: error: --calibration: the A/A noise floor is measured for GSM8K "
-        "records only\n"))
+    assert compare(base, cand, "--calibration", base) == (
+        2,
+        "",
+        (
+            "humming-matrix: error: --calibration: the A/A noise floor is measured for GSM8K "
+            "records only\n"
+        ),
+    )
 
 
 def test_gsm8k_and_lm_eval_sides_do_not_pair(runs: Path) -> None:
     lm_eval, gsm8k = runs / "store" / "v0.1.6", runs / "gsm8k"
-    assert compare(lm_eval, gsm8k) == (2, "", (
-        f"humming-matrix: error: nothing to pair: {lm_eval} holds lm-eval records and {gsm8k} "
-        "holds gsm8k records\n"))
+    assert compare(lm_eval, gsm8k) == (
+        2,
+        "",
+        (
+            f"humming-matrix: error: nothing to pair: {lm_eval} holds lm-eval records and {gsm8k} "
+            "holds gsm8k records\n"
+        ),
+    )
 
 
 def test_a_store_of_both_suites_is_judged_on_both(runs: Path, tmp_path: Path) -> None:
@@ -258,11 +318,16 @@ def test_a_store_of_both_suites_is_judged_on_both(runs: Path, tmp_path: Path) ->
     document = json.loads(out.read_text())
     [gsm8k] = document["configs"]
     assert (gsm8k["config"], gsm8k["verdict"], gsm8k["gate_failed"]) == (
-        "double", "no change detected", False)
+        "double",
+        "no change detected",
+        False,
+    )
     assert document["gate_failed"] is True
     assert document["lm_eval"]["gate_failed"] is True
     assert [m["verdict"] for m in document["lm_eval"]["configs"][0]["metrics"]] == [
-        "regression", "inconclusive"]
+        "regression",
+        "inconclusive",
+    ]
     assert "\nno regression in 1 config\n\nModel-FP8 (lm-eval)  [GATE FAILED]\n" in stdout
 
 
@@ -277,6 +342,10 @@ def test_a_kind_only_one_side_holds_is_named_not_dropped(runs: Path, tmp_path: P
     shutil.copy(gsm8k_record, candidate)
     shutil.copy(only_path(runs / "store" / "v0.1.6"), baseline)
     code, _, stderr = compare(baseline, candidate)
-    assert (code, stderr) == (0, (
-        f"humming-matrix: note: lm-eval records were not compared: only {baseline} holds them, "
-        f"{candidate} has none to pair with\n"))
+    assert (code, stderr) == (
+        0,
+        (
+            f"humming-matrix: note: lm-eval records were not compared: only {baseline} holds them, "
+            f"{candidate} has none to pair with\n"
+        ),
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from humming_matrix.results import iter_gsm8k_records
+from humming_matrix.store.results import iter_gsm8k_records
 from tests.conftest import DOUBLES, REPO
 from tests.unit.test_compare import scipy_wilson
 

@@ -29,9 +29,21 @@ CAPTURE = (
 def _target(root: Path, version: str) -> Path:
     target = root / version
     subprocess.run(
-        [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--no-deps", "--target",
-         str(target), f"humming-kernels=={version}"],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "uv",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            f"humming-kernels=={version}",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return target
 
@@ -44,8 +56,9 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _capture(pythonpath: list[Path]) -> dict[str, str | None]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, pythonpath))}
-    done = subprocess.run([sys.executable, "-c", CAPTURE], env=env, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CAPTURE], env=env, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 

@@ -24,13 +24,20 @@ from typing import Any
 import pytest
 
 from humming_matrix import __version__
-from humming_matrix.ci_job import nox_environment
+from humming_matrix.ci.ci_job import nox_environment
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
 # What a clone holds that the commands read (tests, docs and stored results play no part).
-CLONE_PARTS = ("pyproject.toml", "README.md", ".gitignore", "noxfile.py", "src", "configs",
-               "requirements")
+CLONE_PARTS = (
+    "pyproject.toml",
+    "README.md",
+    ".gitignore",
+    "noxfile.py",
+    "src",
+    "configs",
+    "requirements",
+)
 TIMEOUT = 420
 
 MATRIX = """\
@@ -99,8 +106,14 @@ class Checkout:
         """One command line in a shell where the README's venv is active once it exists."""
         activate = ". .venv/bin/activate && " if (self.root / ".venv").is_dir() else ""
         script = f"cd {self.root} && {activate}cd {cwd or self.root} && {line}"
-        done = subprocess.run(["bash", "-c", script], env=dict(self.env), capture_output=True,
-                              text=True, timeout=TIMEOUT, check=False)
+        done = subprocess.run(
+            ["bash", "-c", script],
+            env=dict(self.env),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
         return Done(done.returncode, done.stdout, done.stderr)
 
     def records(self, store: str) -> list[dict[str, Any]]:
@@ -135,8 +148,13 @@ def _user_env(bin_dir: Path) -> dict[str, str]:
 
 
 def _git(root: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-                   cwd=root, check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def quickstart_block() -> tuple[str, ...]:
@@ -155,8 +173,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
     for part in CLONE_PARTS:
         source = REPO / part
         if source.is_dir():
-            shutil.copytree(source, root / part,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                source, root / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
         else:
             shutil.copy2(source, root / part)
     (root / "configs" / "matrix.toml").write_text(MATRIX, encoding="utf-8")
@@ -168,8 +187,9 @@ def checkout(tmp_path_factory: pytest.TempPathFactory) -> Checkout:
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "base")
     pins = root / "requirements" / "cuda.txt"
-    pins.write_text(pins.read_text().replace("humming-kernels[cu13]==0.1.19",
-                                             "humming-kernels[cu13]==0.1.20"))
+    pins.write_text(
+        pins.read_text().replace("humming-kernels[cu13]==0.1.19", "humming-kernels[cu13]==0.1.20")
+    )
     _git(root, "commit", "-q", "-am", "bump humming-kernels to 0.1.20")
     bin_dir = base / "double-bin"
     bin_dir.mkdir()
@@ -209,7 +229,8 @@ def test_pip_install_dot_installs_a_wheel_not_the_checkout(installed: Checkout) 
     assert Path(prefix) == installed.root / ".venv"
     site = Path(module).parents[1]
     assert (site.name, Path(module).relative_to(site)) == (
-        "site-packages", Path("humming_matrix/__init__.py")
+        "site-packages",
+        Path("humming_matrix/__init__.py"),
     )
     assert Path(prefix) in Path(module).parents
     # The package ships no matrix or configs: nothing in it can be picked up silently.
@@ -223,19 +244,23 @@ def test_headline_cell_runs_with_the_checkouts_matrix_and_default_configs(
     assert headline.returncode == 0, headline.output[-6000:]
     assert "nox > Session humming-0.1.19 was successful" in headline.output
     [record] = [
-        r for r in installed.records("results/local")
+        r
+        for r in installed.records("results/local")
         if r["environment"]["session"] == "humming-0.1.19"
     ]
     assert record["config"]["path"] == str(
         installed.root / "configs" / "gsm8k" / "humming" / "double.yaml"
     )
     assert (record["environment"]["session"], record["environment"]["humming_kernels"]) == (
-        "humming-0.1.19", "0.1.19"
+        "humming-0.1.19",
+        "0.1.19",
     )
     assert (record["metrics"]["num_questions"], record["metrics"]["passed"]) == (3, True)
     install = installed.install_record("humming-0-1-19")
     assert (install["outcome"], install["exit_code"], install["stages"]) == (
-        "ran", 0, ["installed", "verified", "run"]
+        "ran",
+        0,
+        ["installed", "verified", "run"],
     )
     assert install["packages"]["humming-matrix"] == __version__
 
@@ -256,11 +281,14 @@ def test_unlisted_release_gets_a_session_and_a_failed_install_is_untestable(
     ) in done.output
     assert re.search(
         r"--install-failed --install-seconds \d+\.\d{3} humming-0\.1\.99 -- failed with exit "
-        r"code 125", done.output
+        r"code 125",
+        done.output,
     ), done.output
     record = installed.install_record("humming-0-1-99")
     assert (record["session"], record["outcome"], record["exit_code"]) == (
-        "humming-0.1.99", "install_failed", 125
+        "humming-0.1.99",
+        "install_failed",
+        125,
     )
     # A release outside every range gets no session, and nox is told why.
     outside = installed.shell("nox -s humming-0.1.2")
@@ -274,8 +302,8 @@ def test_unlisted_release_gets_a_session_and_a_failed_install_is_untestable(
     path = installed.elsewhere / "record.json"
     matrix = installed.root / "configs" / "matrix.toml"
     alone = installed.shell(
-        f"humming-matrix session --matrix {matrix} --record {path} --install-failed "
-        "humming-0.1.99", cwd=installed.elsewhere,
+        f"humming-matrix session --matrix {matrix} --record {path} --install-failed humming-0.1.99",
+        cwd=installed.elsewhere,
     )
     assert alone.returncode == 125
     assert alone.stderr == (
@@ -293,14 +321,22 @@ def test_ci_job_from_the_pipeline_runs_the_installed_cell(
     plan = installed.shell("humming-matrix pipeline --format github")
     assert (plan.returncode, plan.stderr) == (0, "")
     command = (
-        "PYTHONPATH=src python3 -m humming_matrix.ci_job humming-0.1.19 -- "
+        "PYTHONPATH=src python3 -m humming_matrix.ci.ci_job humming-0.1.19 -- "
         "--config-list configs/gsm8k/humming/config.txt --results results/ci/humming-0.1.19"
     )
     job: dict[str, object] = {
-        "session": "humming-0.1.19", "key": "humming-0_1_19", "humming": "0.1.19",
-        "vllm": "0.33.0", "torch": "2.14.0", "variant": "cpu", "gpus": 0,
-        "runs_on": "ubuntu-latest", "optional": False, "retries": 2,
-        "command": command, "results": "results/ci/humming-0.1.19",
+        "session": "humming-0.1.19",
+        "key": "humming-0_1_19",
+        "humming": "0.1.19",
+        "vllm": "0.33.0",
+        "torch": "2.14.0",
+        "variant": "cpu",
+        "gpus": 0,
+        "runs_on": "ubuntu-latest",
+        "optional": False,
+        "retries": 2,
+        "command": command,
+        "results": "results/ci/humming-0.1.19",
         "artifact": "humming-records-humming-0_1_19",
     }
     assert json.loads(plan.stdout) == {"include": [job]}
@@ -311,7 +347,8 @@ def test_ci_job_from_the_pipeline_runs_the_installed_cell(
     assert done.returncode == 0, done.output[-6000:]
     [record] = installed.records("results/ci/humming-0.1.19")
     assert (record["environment"]["session"], record["metrics"]["passed"]) == (
-        "humming-0.1.19", True
+        "humming-0.1.19",
+        True,
     )
 
 
@@ -330,8 +367,7 @@ def test_bisect_and_premerge_use_the_checkout(installed: Checkout, headline: Don
     log = installed.root / "results" / "local" / "bisect" / "0.1.19..0.1.20.jsonl"
     assert bisect.stdout.splitlines() == [
         "bisect: 2 versions 0.1.19..0.1.20; about 0 step(s) left",
-        "bisect: 0.1.19: good (stored records) - baseline, double: accuracy 1.0000 on 3 "
-        "questions",
+        "bisect: 0.1.19: good (stored records) - baseline, double: accuracy 1.0000 on 3 questions",
         "bisect: first bad 0.1.20, last good 0.1.19",
         "bisect: changes: https://github.com/vllm-project/humming/compare/v0.1.19...v0.1.20",
         f"bisect: sessions run: none; log: {log}",
@@ -349,9 +385,7 @@ def test_bisect_and_premerge_use_the_checkout(installed: Checkout, headline: Don
         "few questions to detect any drop), +0.00 points "
         "[-56.15, +56.15], mid-p 0.5, b=0 c=0",
     ]
-    assert installed.sessions("results/local") == [
-        "humming-0.1.19=0.1.19", "humming-0.1.20=0.1.20"
-    ]
+    assert installed.sessions("results/local") == ["humming-0.1.19=0.1.19", "humming-0.1.20=0.1.20"]
 
 
 def test_outside_a_checkout_each_command_says_how_to_point_at_a_matrix(
@@ -368,7 +402,9 @@ def test_outside_a_checkout_each_command_says_how_to_point_at_a_matrix(
     ):
         done = installed.shell(line, cwd=where)
         assert (done.returncode, done.stdout, done.stderr) == (
-            2, stdout, NO_MATRIX.format(where=where)
+            2,
+            stdout,
+            NO_MATRIX.format(where=where),
         ), line
     given = installed.shell(
         f"humming-matrix bisect --matrix {matrix} --good 0.1.19 --bad 0.1.20", cwd=where

@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,16 +19,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from humming_matrix.compare import Settings, decide
-from humming_matrix.compare import Verdict as CompareVerdict
+from humming_matrix.judge.compare import Settings, decide
+from humming_matrix.judge.compare import Verdict as CompareVerdict
+from humming_matrix.judge.stats import regression_midp
 from humming_matrix.lmeval.record import (
     CheckState,
     LmEvalRecord,
     iter_lm_eval_records,
     paired_table,
 )
-from humming_matrix.server import free_port
-from humming_matrix.stats import regression_midp
+from humming_matrix.suite.server import free_port
 
 from .runner_harness import alive, cli
 
@@ -55,8 +56,14 @@ startup_max_wait_seconds: 60
 STRICT, FLEXIBLE = "exact_match,strict-match", "exact_match,flexible-extract"
 
 
-def write_config(directory: Path, name: str = "Model-FP8", *, strict: float = 0.8,
-                 flexible: float = 0.8, extra: str = "") -> Path:
+def write_config(
+    directory: Path,
+    name: str = "Model-FP8",
+    *,
+    strict: float = 0.8,
+    flexible: float = 0.8,
+    extra: str = "",
+) -> Path:
     path = directory / f"{name}.yaml"
     path.write_text(CONFIG.format(strict=strict, flexible=flexible) + extra, encoding="utf-8")
     return path
@@ -78,16 +85,27 @@ def policy(**keys: object) -> dict[str, str]:
 def test_lm_eval_runs_against_the_server_and_the_record_agrees_with_it(tmp_path: Path) -> None:
     asked, state = tmp_path / "asked.jsonl", tmp_path / "double.json"
     config = write_config(tmp_path, strict=0.9, flexible=0.99)
-    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store",
-               env=policy(wrong=[1], no_marker=[2], invalid=[3], lm_eval_log=str(asked),
-                          record=str(state)))
+    done = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        env=policy(
+            wrong=[1], no_marker=[2], invalid=[3], lm_eval_log=str(asked), record=str(state)
+        ),
+    )
 
     # strict: 17/20 = 0.85 >= 0.9 * 0.92; flexible: 18/20 = 0.90 < 0.99 * 0.92 = 0.9108.
     assert done.returncode == 1, done.stderr
-    assert (f"gsm8k | {STRICT}: ground_truth=0.9000 | measured=0.8500 | rtol=0.08 | "
-            "threshold=0.8280 | n=20 -> PASSED") in done.stdout
-    assert (f"gsm8k | {FLEXIBLE}: ground_truth=0.9900 | measured=0.9000 | rtol=0.08 | "
-            "threshold=0.9108 | n=20 -> FAILED") in done.stdout
+    assert (
+        f"gsm8k | {STRICT}: ground_truth=0.9000 | measured=0.8500 | rtol=0.08 | "
+        "threshold=0.8280 | n=20 -> PASSED"
+    ) in done.stdout
+    assert (
+        f"gsm8k | {FLEXIBLE}: ground_truth=0.9900 | measured=0.9000 | rtol=0.08 | "
+        "threshold=0.9108 | n=20 -> FAILED"
+    ) in done.stdout
     record = only_record(tmp_path / "store")
     assert record.complete
     assert not record.passed
@@ -112,17 +130,35 @@ def test_lm_eval_runs_against_the_server_and_the_record_agrees_with_it(tmp_path:
     # What lm-eval asked: its gsm8k task's generation settings and 5 sampled shots.
     requests = [json.loads(line) for line in asked.read_text().splitlines()]
     assert sorted(r["index"] for r in requests) == list(range(20))
-    assert {(r["model"], r["max_tokens"], r["temperature"], tuple(r["stop"]), r["seed"],
-             r["shots"]) for r in requests} == {
-        ("org/Model-FP8", 256, 0.0, ("Question:", "</s>", "<|im_end|>"), 1234, 5)}
+    assert {
+        (r["model"], r["max_tokens"], r["temperature"], tuple(r["stop"]), r["seed"], r["shots"])
+        for r in requests
+    } == {("org/Model-FP8", 256, 0.0, ("Question:", "</s>", "<|im_end|>"), 1234, 5)}
     assert record.lm_eval["local_tasks"] == ["gsm8k"]
     assert str(record.lm_eval["version"]).startswith("0.4.")
 
     seen = json.loads(state.read_text())
     port = seen["argv"][seen["argv"].index("--port") + 1]
-    assert seen["argv"] == ["serve", "org/Model-FP8", "--tensor-parallel-size", "1",
-                            "--max-model-len", "4096", "--enforce-eager", "--trust-remote-code",
-                            "--disable-uvicorn-access-log", "--port", port, "--seed", "0"]
+    # The launch's identity: lm-eval got it too (the stand-in answers nothing without it).
+    key = seen["argv"][seen["argv"].index("--api-key") + 1]
+    assert seen["argv"] == [
+        "serve",
+        "org/Model-FP8",
+        "--tensor-parallel-size",
+        "1",
+        "--max-model-len",
+        "4096",
+        "--enforce-eager",
+        "--api-key",
+        key,
+        "--trust-remote-code",
+        "--disable-uvicorn-access-log",
+        "--port",
+        port,
+        "--seed",
+        "0",
+    ]
+    assert record.server["command"][record.server["command"].index("--api-key") + 1] == "***"
     assert not alive(seen["pid"])
 
 
@@ -132,32 +168,61 @@ def test_pytest_entry_and_paired_judging_of_two_lm_eval_runs(tmp_path: Path) -> 
     write_config(configs, strict=0.99, flexible=0.5)
     (configs / "models-small.txt").write_text("Model-FP8.yaml\n")
 
-    baseline = cli("lm-eval", "--config-list", configs / "models-small.txt", "--results",
-                   tmp_path / "baseline", env=policy(wrong=[1]))
+    baseline = cli(
+        "lm-eval",
+        "--config-list",
+        configs / "models-small.txt",
+        "--results",
+        tmp_path / "baseline",
+        env=policy(wrong=[1]),
+    )
     assert baseline.returncode == 0, baseline.stderr  # 19/20 = 0.95 >= 0.99 * 0.92
 
     candidate = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "humming_matrix.pytest_plugin",
-         "-p", "no:cacheprovider", "--pyargs", "humming_matrix.vllm_ci.lm_eval_correctness",
-         "--config-list-file=configs/models-small.txt", "--results-dir=candidate",
-         "--junitxml=junit.xml", "-v"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "humming_matrix.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--pyargs",
+            "humming_matrix.vllm_ci.lm_eval_correctness",
+            "--config-list-file=configs/models-small.txt",
+            "--results-dir=candidate",
+            "--junitxml=junit.xml",
+            "-v",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env={**os.environ, **policy(wrong=[1, 5, 6, 7, 8, 9, 10])},
     )
     assert candidate.returncode == 1, candidate.stdout + candidate.stderr
     [case] = ET.parse(tmp_path / "junit.xml").getroot().findall(".//testcase")
     assert (case.get("classname"), case.get("name")) == (
-        "humming_matrix.vllm_ci.lm_eval_correctness", "test_lm_eval_correctness_param[Model-FP8]")
+        "humming_matrix.vllm_ci.lm_eval_correctness",
+        "test_lm_eval_correctness_param[Model-FP8]",
+    )
     failure = case.find("failure")
     assert failure is not None
-    assert (f"gsm8k | {STRICT}: ground_truth=0.9900 | measured=0.6500 | rtol=0.08 | "
-            "threshold=0.9108 | n=20 -> FAILED") in failure.get("message", "")
+    assert (
+        f"gsm8k | {STRICT}: ground_truth=0.9900 | measured=0.6500 | rtol=0.08 | "
+        "threshold=0.9108 | n=20 -> FAILED"
+    ) in failure.get("message", "")
     assert FLEXIBLE not in failure.get("message", "")  # 0.65 >= 0.5 * 0.92 passed
 
     base, cand = only_record(tmp_path / "baseline"), only_record(tmp_path / "candidate")
     table = paired_table(base, cand, "gsm8k", STRICT)
     assert (table.both_right, table.right_to_wrong, table.wrong_to_right, table.both_wrong) == (
-        13, 6, 0, 1)
+        13,
+        6,
+        0,
+        1,
+    )
     assert regression_midp(table) == 1 / 128
     assert decide(table, Settings()) is CompareVerdict.REGRESSION
 
@@ -188,9 +253,20 @@ def test_a_chat_template_config_runs_through_the_chat_endpoint(tmp_path: Path) -
     asked, state = tmp_path / "asked.jsonl", tmp_path / "double.json"
     config = tmp_path / "Nemotron.yaml"
     config.write_text(CHAT_CONFIG, encoding="utf-8")
-    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store",
-               env=policy(wrong=[4], no_marker=[7], lm_eval_log=str(asked), record=str(state),
-                          record_env=["VLLM_USE_FLASHINFER_MOE_FP8"]))
+    done = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        env=policy(
+            wrong=[4],
+            no_marker=[7],
+            lm_eval_log=str(asked),
+            record=str(state),
+            record_env=["VLLM_USE_FLASHINFER_MOE_FP8"],
+        ),
+    )
 
     assert done.returncode == 0, done.stderr
     record = only_record(tmp_path / "store")
@@ -202,8 +278,15 @@ def test_a_chat_template_config_runs_through_the_chat_endpoint(tmp_path: Path) -
     # Five shots as five user/assistant pairs before the question: eleven messages.
     assert {(r["shots"], r["turns"]) for r in requests} == {(5, 11)}
     seen = json.loads(state.read_text())
-    assert seen["argv"][2:9] == ["--tensor-parallel-size", "1", "--max-model-len", "262144",
-                                 "--kv-cache-dtype", "fp8", "--trust-remote-code"]
+    assert seen["argv"][2:8] == [
+        "--tensor-parallel-size",
+        "1",
+        "--max-model-len",
+        "262144",
+        "--kv-cache-dtype",
+        "fp8",
+    ]
+    assert seen["argv"][8:11] == ["--api-key", seen["argv"][9], "--trust-remote-code"]
     assert seen["env"] == {"VLLM_USE_FLASHINFER_MOE_FP8": "1"}
 
 
@@ -223,13 +306,19 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 def test_a_server_that_dies_mid_run_is_an_infrastructure_failure_leaving_no_process(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     state, scratch = tmp_path / "double.json", tmp_path / "tmp"
     scratch.mkdir()
     config = write_config(tmp_path)
-    done = cli("lm-eval", "--config", config, "--results", tmp_path / "store",
-               env={**policy(die_at=5, spawn_child=True, record=str(state)),
-                    "TMPDIR": str(scratch)})
+    done = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        env={**policy(die_at=5, spawn_child=True, record=str(state)), "TMPDIR": str(scratch)},
+    )
 
     assert done.returncode == 3, done.stderr
     assert "humming-matrix: error: vllm serve exited with code 1 while serving" in done.stderr
@@ -249,9 +338,21 @@ def test_sigterm_tears_down_the_server_and_the_worker(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     env = {**os.environ, **policy(delay=30, record=str(state)), "TMPDIR": str(scratch)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "humming_matrix", "lm-eval", "--config", str(config),
-         "--results", str(tmp_path / "store")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "lm-eval",
+            "--config",
+            str(config),
+            "--results",
+            str(tmp_path / "store"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not processes_mentioning(str(scratch)) and time.monotonic() < deadline:
@@ -272,16 +373,32 @@ def test_a_failed_run_keeps_its_answers_and_resume_asks_only_the_rest(tmp_path: 
     # One request at a time, so exactly the 7 answered before the server dies are kept.
     config = write_config(tmp_path, extra="num_concurrent: 1\n")
     store = tmp_path / "store"
-    failed = cli("lm-eval", "--config", config, "--results", store,
-                 env=policy(die_at=8, lm_eval_log=str(first)))
+    failed = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        store,
+        env=policy(die_at=8, lm_eval_log=str(first)),
+    )
     assert failed.returncode == 3, failed.stderr
     assert "the answers so far are kept in" in failed.stderr
     assert "finish with --resume" in failed.stderr
     [cache] = (store / ".lm-eval-cache").iterdir()
-    assert cache.name == f"Model-FP8-{sha256_of(config)[:12]}-unknown_rank0.db"
+    # config, humming version, and a digest of the environment's identity
+    assert re.fullmatch(
+        rf"Model-FP8-{sha256_of(config)[:12]}-unknown-[0-9a-f]{{12}}_rank0\.db", cache.name
+    )
 
-    resumed = cli("lm-eval", "--config", config, "--results", store, "--resume",
-                  env=policy(lm_eval_log=str(second)))
+    resumed = cli(
+        "lm-eval",
+        "--config",
+        config,
+        "--results",
+        store,
+        "--resume",
+        env=policy(lm_eval_log=str(second)),
+    )
     assert resumed.returncode == 0, resumed.stderr
     asked_first = [json.loads(line)["index"] for line in first.read_text().splitlines()]
     asked_second = [json.loads(line)["index"] for line in second.read_text().splitlines()]
@@ -298,7 +415,9 @@ def test_an_endpoint_that_is_already_up_and_a_limit_cap(tmp_path: Path, vllm_dou
     asked, port = tmp_path / "asked.jsonl", free_port()
     server = subprocess.Popen(
         [str(vllm_double / "vllm"), "serve", "org/Model-FP8", "--port", str(port)],
-        env={**os.environ, **policy(lm_eval_log=str(asked))}, stdout=subprocess.DEVNULL)
+        env={**os.environ, **policy(lm_eval_log=str(asked))},
+        stdout=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -308,15 +427,29 @@ def test_an_endpoint_that_is_already_up_and_a_limit_cap(tmp_path: Path, vllm_dou
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        done = cli("lm-eval", "--config", write_config(tmp_path), "--results",
-                   tmp_path / "store", "--endpoint", url, "--limit", "5")
+        done = cli(
+            "lm-eval",
+            "--config",
+            write_config(tmp_path),
+            "--results",
+            tmp_path / "store",
+            "--endpoint",
+            url,
+            "--limit",
+            "5",
+        )
     finally:
         server.terminate()
         server.wait(timeout=10)
     assert done.returncode == 0, done.stderr
     record = only_record(tmp_path / "store")
     assert sorted(json.loads(line)["index"] for line in asked.read_text().splitlines()) == [
-        0, 1, 2, 3, 4]
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
     assert record.lm_eval["limit"] == 5
     assert [c.num_samples for c in record.checks] == [5, 5]
     assert record.server["launched"] is False

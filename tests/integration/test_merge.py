@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.compare import Settings
-from humming_matrix.report import RowStatus, build_report
-from humming_matrix.results import iter_gsm8k_records
+from humming_matrix.judge.compare import Settings
+from humming_matrix.report.build import RowStatus, build_report
+from humming_matrix.store.results import iter_gsm8k_records
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLE = REPO / "tests" / "doubles" / "vllm_double.py"
@@ -98,8 +98,15 @@ def _environment(root: Path, version: str) -> Path:
     them installed."""
     venv = root / "venvs" / version
     _uv("venv", "--quiet", "--python", sys.executable, str(venv))
-    _uv("pip", "install", "--quiet", "--no-deps", "--python", str(venv / "bin" / "python"),
-        f"humming-kernels=={version}")
+    _uv(
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--python",
+        str(venv / "bin" / "python"),
+        f"humming-kernels=={version}",
+    )
     site = next((venv / "lib").glob("python3*/site-packages"))
     parents = [p for p in sys.path if p.endswith("site-packages")]
     (site / "parent-environment.pth").write_text(
@@ -122,8 +129,15 @@ def _run_job(root: Path, entry: dict[str, object], machine: str, venv: Path) -> 
         "HUMMING_MATRIX_SESSION": str(entry["session"]),
     }
     env.pop("HUMMING_DOUBLE_POLICY", None)
-    done = subprocess.run(["bash", "-c", str(entry["command"])], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        ["bash", "-c", str(entry["command"])],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return Job(entry=entry, machine=checkout, status=done.returncode)
 
@@ -138,10 +152,26 @@ def ci_run(tmp_path_factory: pytest.TempPathFactory) -> CiRun:
         (checkout / "configs" / f"{name}.yaml").write_text(_config(name))
     (checkout / "configs" / "list.txt").write_text("alpha.yaml\nbeta.yaml\n")
     plan = subprocess.run(
-        [sys.executable, "-m", "humming_matrix", "pipeline", "--format", "github",
-         "--matrix", "matrix.toml", "--config-list", "configs/list.txt",
-         "--limit", str(LIMIT), "--command", "python -m humming_matrix run {run_args}"],
-        cwd=checkout, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "pipeline",
+            "--format",
+            "github",
+            "--matrix",
+            "matrix.toml",
+            "--config-list",
+            "configs/list.txt",
+            "--limit",
+            str(LIMIT),
+            "--command",
+            "python -m humming_matrix run {run_args}",
+        ],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     entries = json.loads(plan.stdout)["include"]
     assert [e["session"] for e in entries] == ["humming-0.1.5", "humming-0.1.6"]
@@ -189,9 +219,23 @@ def _single_store(jobs: tuple[Job, ...], store: Path) -> None:
 def _report(cwd: Path, store: str) -> dict[str, str]:
     """Markdown, JUnit and HTML of `report`, run where `store` names the same relative path."""
     subprocess.run(
-        [sys.executable, "-m", "humming_matrix", "report", store, "--markdown", "out/r.md",
-         "--junit", "out/r.xml", "--html", "out/r.html"],
-        cwd=cwd, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "report",
+            store,
+            "--markdown",
+            "out/r.md",
+            "--junit",
+            "out/r.xml",
+            "--html",
+            "out/r.html",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     out = {name: (cwd / "out" / name).read_text() for name in ("r.md", "r.html")}
     out["r.xml"] = _junit_judgement(cwd / "out" / "r.xml")
@@ -269,5 +313,9 @@ def test_a_rerun_merged_in_is_one_more_run_not_a_conflict(ci_run: CiRun) -> None
     assert len({r.run_id for _, r in records}) == 6
     report = build_report(store, Settings())
     runs = {(r.cell.humming, r.config): r.runs for r in report.rows}
-    assert runs == {("0.1.5", "alpha"): 2, ("0.1.5", "beta"): 2,
-                    ("0.1.6", "alpha"): 1, ("0.1.6", "beta"): 1}
+    assert runs == {
+        ("0.1.5", "alpha"): 2,
+        ("0.1.5", "beta"): 2,
+        ("0.1.6", "alpha"): 1,
+        ("0.1.6", "beta"): 1,
+    }

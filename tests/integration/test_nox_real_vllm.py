@@ -37,7 +37,9 @@ overrides = ["humming-kernels=={humming}"]
 [variant.pypi]
 description = "torch from PyPI (CUDA build)"
 """
-MATRIX_033 = RECIPE + """
+MATRIX_033 = (
+    RECIPE
+    + """
 [[pairing]]
 humming = ">=0.1.0,<0.2"
 versions = ["0.1.6", "0.1.19"]
@@ -45,7 +47,10 @@ vllm = "0.33.0"
 torch = "2.14.0"
 variants = ["pypi"]
 """
-MATRIX_024 = RECIPE + """
+)
+MATRIX_024 = (
+    RECIPE
+    + """
 [[pairing]]
 humming = ">=0.1.0,<0.1.7"
 versions = ["0.1.6"]
@@ -53,6 +58,7 @@ vllm = "0.24.0"
 torch = "2.11.0"
 variants = ["pypi"]
 """
+)
 BAD_CONFIGS = {
     "bad-type": "--dtype float32\n  --max-model-len lots",
     "bad-combination": "--enable-auto-tool-choice",

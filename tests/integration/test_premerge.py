@@ -25,10 +25,18 @@ COMMON = "requests>=2.26\nvllm==0.33.0\n"
 
 def git(repo: Path, *args: str) -> str:
     done = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-        env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-             "HOME": str(repo), "PATH": "/usr/bin:/bin"},
+        ["git", "-C", str(repo), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@example.invalid",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@example.invalid",
+            "HOME": str(repo),
+            "PATH": "/usr/bin:/bin",
+        },
     )
     return done.stdout
 
@@ -59,8 +67,17 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
 
 
 def premerge(ws: Workspace, head: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    return ws.cli("premerge", "--repo", str(ws.root / "vllm"), "--base", "main", "--head", head,
-                  *ws.common_args(), *extra)
+    return ws.cli(
+        "premerge",
+        "--repo",
+        str(ws.root / "vllm"),
+        "--base",
+        "main",
+        "--head",
+        head,
+        *ws.common_args(),
+        *extra,
+    )
 
 
 @pytest.mark.parametrize("head", ["main", "comment-only"])

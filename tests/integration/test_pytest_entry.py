@@ -22,23 +22,46 @@ SUITE = "humming_matrix.vllm_ci.gsm8k_correctness"
 
 def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "humming_matrix.pytest_plugin",
-         "-p", "no:cacheprovider", "--pyargs", SUITE, "-v", *args],
-        cwd=cwd, capture_output=True, text=True, env=dict(os.environ), timeout=180, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "humming_matrix.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--pyargs",
+            SUITE,
+            "-v",
+            *args,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=180,
+        check=False,
     )
 
 
 def test_one_test_per_config_named_by_stem_and_a_failure_carries_the_numbers(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     configs = tmp_path / "configs"
     configs.mkdir()
     write_config(configs, "good", threshold=0.9, questions=10)
-    write_config(configs, "bad", threshold=0.9, questions=10,
-                 env=policy_env({"wrong": [0, 1, 2, 3, 4]}))
+    write_config(
+        configs, "bad", threshold=0.9, questions=10, env=policy_env({"wrong": [0, 1, 2, 3, 4]})
+    )
     (configs / "list.txt").write_text("# vLLM's list format\ngood.yaml\n\n  bad.yaml  \n")
 
-    done = run_pytest(tmp_path, "--config-list-file=configs/list.txt", "--results-dir=store",
-                      "--question-limit=8", "--junitxml=junit.xml")
+    done = run_pytest(
+        tmp_path,
+        "--config-list-file=configs/list.txt",
+        "--results-dir=store",
+        "--question-limit=8",
+        "--junitxml=junit.xml",
+    )
 
     assert done.returncode == 1, done.stdout + done.stderr
     cases = ET.parse(tmp_path / "junit.xml").getroot().findall(".//testcase")
@@ -51,7 +74,9 @@ def test_one_test_per_config_named_by_stem_and_a_failure_carries_the_numbers(
     assert failure is not None
     assert re.fullmatch(
         r"AssertionError: bad: accuracy 0\.3750 < 0\.9 - 0\.08 = 0\.8200 \(invalid 0\.0000, "
-        r"errors 0, 8 questions, run \S+\)", failure.get("message", ""))
+        r"errors 0, 8 questions, run \S+\)",
+        failure.get("message", ""),
+    )
     by_name = {r.config.name: r for r in records(tmp_path / "store")}
     assert sorted(by_name) == ["bad", "good"]
     assert by_name["good"].metrics.accuracy == 1.0
@@ -62,18 +87,22 @@ def test_one_test_per_config_named_by_stem_and_a_failure_carries_the_numbers(
 @pytest.mark.parametrize(
     ("listing", "expected"),
     [
-        ("good.yaml\nmissing.yaml\n", "configs/list.txt: line 2: missing.yaml: no such config "
-         "file"),
+        (
+            "good.yaml\nmissing.yaml\n",
+            "configs/list.txt: line 2: missing.yaml: no such config file",
+        ),
         ("good.yaml\ntypo.yaml\n", "configs/typo.yaml: acuracy_threshold: unknown key"),
     ],
 )
 def test_a_bad_list_stops_collection_before_any_server_starts(
-        tmp_path: Path, listing: str, expected: str) -> None:
+    tmp_path: Path, listing: str, expected: str
+) -> None:
     configs = tmp_path / "configs"
     configs.mkdir()
     write_config(configs, "good", questions=10)
     (configs / "typo.yaml").write_text(
-        (configs / "good.yaml").read_text().replace("accuracy_threshold", "acuracy_threshold"))
+        (configs / "good.yaml").read_text().replace("accuracy_threshold", "acuracy_threshold")
+    )
     (configs / "list.txt").write_text(listing)
 
     done = run_pytest(tmp_path, "--config-list-file=configs/list.txt", "--results-dir=store")

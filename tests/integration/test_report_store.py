@@ -27,11 +27,11 @@ from typing import Any
 import httpx
 import pytest
 
-from humming_matrix.compare import Settings
-from humming_matrix.report import RowStatus, build_report
-from humming_matrix.report_html import store_html
-from humming_matrix.results import write_record
-from humming_matrix.server import free_port
+from humming_matrix.judge.compare import Settings
+from humming_matrix.report.build import RowStatus, build_report
+from humming_matrix.report.html import store_html
+from humming_matrix.store.results import write_record
+from humming_matrix.suite.server import free_port
 from tests.unit.test_compare import make_record
 
 from .runner_harness import cli
@@ -39,7 +39,7 @@ from .test_compare_lm_eval import STRICT_FLIPS
 from .test_compare_runs import WRONG_BEFORE_0_1_10, WRONG_FROM_0_1_10
 from .test_lm_eval import FLEXIBLE, STRICT
 
-H200 = Path(__file__).resolve().parents[2] / "results" / "h200"
+H200 = Path(__file__).resolve().parents[2] / "results" / "h200" / "gen1"
 KERNEL_VERSIONS = ("0.1.0", "0.1.8", "0.1.12")
 
 CHROMIUM_FLAGS = [
@@ -143,9 +143,7 @@ def call(http: httpx.Client, path: str, body: dict[str, Any] | None = None) -> A
 
 
 @pytest.fixture(scope="module")
-def store(
-    gsm8k_runs: Path, lm_eval_runs: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
+def store(gsm8k_runs: Path, lm_eval_runs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """GSM8K runs of 0.1.6 (twice), 0.1.7 and 0.1.10; lm-eval runs of 0.1.6 and 0.1.10; the H200
     kernel records of 0.1.0, 0.1.8 and 0.1.12. Each kind is judged against its own oldest. The
     runs are the session's real ones that `compare`'s tests read (conftest), copied."""
@@ -164,8 +162,16 @@ def store(
 @pytest.fixture(scope="module")
 def rendered(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report")
-    done = cli("report", store, "--html", out / "report.html", "--markdown", out / "report.md",
-               "--junit", out / "report.xml")
+    done = cli(
+        "report",
+        store,
+        "--html",
+        out / "report.html",
+        "--markdown",
+        out / "report.md",
+        "--junit",
+        out / "report.xml",
+    )
     assert (done.returncode, done.stderr) == (0, "")
     return out
 
@@ -190,16 +196,66 @@ def markdown_table(text: str, heading: str) -> list[list[str]]:
 STRICT_BACKSTOP_FAIL = "FAIL (0.3500 vs 0.9 * (1 - 0.08) = 0.8280)"
 # One row per (version, config, task, metric): worst first, then by metric.
 LM_EVAL_ROWS = [
-    ["❌", "Model-FP8", "gsm8k", STRICT, "0.1.10", "humming-0.1.10", "35.00 [18.12, 56.71]",
-     "-50.00 [-71.73, -15.81]", "12 / 2", "0.00369", "53.36", STRICT_BACKSTOP_FAIL,
-     "regression"],
-    ["⚠️", "Model-FP8", "gsm8k", FLEXIBLE, "0.1.10", "humming-0.1.10", "95.00 [76.39, 99.11]",
-     "+5.00 [-12.79, +24.25]", "0 / 1", "0.25", "36.65",
-     "pass (0.9500 vs 0.9 * (1 - 0.08) = 0.8280)", "inconclusive"],
-    ["✅", "Model-FP8", "gsm8k", FLEXIBLE, "0.1.6", "humming-0.1.6", "90.00 [69.90, 97.21]",
-     "", "", "", "", "pass (0.9000 vs 0.9 * (1 - 0.08) = 0.8280)", "baseline"],
-    ["✅", "Model-FP8", "gsm8k", STRICT, "0.1.6", "humming-0.1.6", "85.00 [63.96, 94.76]",
-     "", "", "", "", "pass (0.8500 vs 0.9 * (1 - 0.08) = 0.8280)", "baseline"],
+    [
+        "❌",
+        "Model-FP8",
+        "gsm8k",
+        STRICT,
+        "0.1.10",
+        "humming-0.1.10",
+        "35.00 [18.12, 56.71]",
+        "-50.00 [-71.73, -15.81]",
+        "12 / 2",
+        "0.00369",
+        "53.36",
+        STRICT_BACKSTOP_FAIL,
+        "regression",
+    ],
+    [
+        "⚠️",
+        "Model-FP8",
+        "gsm8k",
+        FLEXIBLE,
+        "0.1.10",
+        "humming-0.1.10",
+        "95.00 [76.39, 99.11]",
+        "+5.00 [-12.79, +24.25]",
+        "0 / 1",
+        "0.25",
+        "36.65",
+        "pass (0.9500 vs 0.9 * (1 - 0.08) = 0.8280)",
+        "inconclusive",
+    ],
+    [
+        "✅",
+        "Model-FP8",
+        "gsm8k",
+        FLEXIBLE,
+        "0.1.6",
+        "humming-0.1.6",
+        "90.00 [69.90, 97.21]",
+        "",
+        "",
+        "",
+        "",
+        "pass (0.9000 vs 0.9 * (1 - 0.08) = 0.8280)",
+        "baseline",
+    ],
+    [
+        "✅",
+        "Model-FP8",
+        "gsm8k",
+        STRICT,
+        "0.1.6",
+        "humming-0.1.6",
+        "85.00 [63.96, 94.76]",
+        "",
+        "",
+        "",
+        "",
+        "pass (0.8500 vs 0.9 * (1 - 0.08) = 0.8280)",
+        "baseline",
+    ],
 ]
 
 
@@ -212,8 +268,9 @@ def test_every_kind_has_its_section_failures_first(rendered: Path) -> None:
         "## humming-matrix report: lm-eval across humming-kernels versions",
     ]
     assert markdown_table(text, "## humming-matrix report: lm-eval") == LM_EVAL_ROWS
-    assert ("**1 failing** of 4 results (1 config x 2 environments). Baseline: humming-kernels "
-            "0.1.6") in text
+    assert (
+        "**1 failing** of 4 results (1 config x 2 environments). Baseline: humming-kernels 0.1.6"
+    ) in text
     assert "Baseline: humming-kernels 0.1.0, torch 2.11.0 (CUDA 13.0), NVIDIA H200." in text
     kernel_rows = markdown_table(text, "## humming-matrix report: kernel tier")
     assert [(r[1], r[2], r[5]) for r in kernel_rows[:6]] == [
@@ -224,8 +281,9 @@ def test_every_kind_has_its_section_failures_first(rendered: Path) -> None:
         ("moe-mxfp4-fp8-gpt-oss-20b", "0.1.8 (partial)", "newly-broken"),
         ("gptq-int4-g128-bf16-gate-up-qwen3-8b", "0.1.8 (partial)", "missing"),
     ]
-    assert ("### Model-FP8 gsm8k exact_match,strict-match on humming-kernels 0.1.10: "
-            "regression") in text
+    assert (
+        "### Model-FP8 gsm8k exact_match,strict-match on humming-kernels 0.1.10: regression"
+    ) in text
     flipped = ", ".join(f"{doc} ({direction})" for doc, direction in STRICT_FLIPS)
     assert f"- flipped documents: {flipped}" in text
 
@@ -248,17 +306,27 @@ def test_junit_has_a_testcase_per_lm_eval_metric_and_kernel_case(rendered: Path)
     assert failure.get("message", "").startswith(
         f"Model-FP8 gsm8k {STRICT}: regression: 0.8500 -> 0.3500 (-50.00 points, 95% CI "
         "[-71.73, -15.81]) on 20 paired documents; b=12 c=2; mid-p(worse) 0.00369, gated p "
-        "(Holm over 2) 0.0129 vs alpha 0.05; ")
+        "(Holm over 2) 0.0129 vs alpha 0.05; "
+    )
     assert failure.get("message", "").endswith(f"; backstop {STRICT_BACKSTOP_FAIL}")
     assert "\n  12: '13' -> '[invalid]'" in (failure.text or "")
     props = {p.get("name"): p.get("value") for p in regression.iter("property")}
     assert (props["kind"], props["b_right_to_wrong"], props["c_wrong_to_right"]) == (
-        "lm-eval", "12", "2")
+        "lm-eval",
+        "12",
+        "2",
+    )
     assert (props["accuracy"], props["measured"], props["passed_threshold"]) == (
-        "0.35", "0.35", "false")
+        "0.35",
+        "0.35",
+        "false",
+    )
     assert props["flipped_documents"] == " ".join(str(d) for d, _ in STRICT_FLIPS)
     assert [c.find("failure") is None and c.find("error") is None for c in cases[-3:]] == [
-        True, True, True]
+        True,
+        True,
+        True,
+    ]
 
 
 def inside(inner: list[float], outer: list[float]) -> bool:
@@ -317,10 +385,17 @@ def test_report_renders_in_chromium(
     assert len(kernels) == 3 * 7
     assert all(r["height"] > 0 for r in kernels)
     assert kernels[0]["cells"][:5] == [
-        "mxfp4-bf16-qkv-gpt-oss-20b", "0.1.8 (partial)", "kernels-0.1.8", "nonfinite 0.104 ms",
-        "newly-broken"]
+        "mxfp4-bf16-qkv-gpt-oss-20b",
+        "0.1.8 (partial)",
+        "kernels-0.1.8",
+        "nonfinite 0.104 ms",
+        "newly-broken",
+    ]
     assert [r["cells"][0] for r in tables["kernel-versions"]] == [
-        "0.1.0", "0.1.8 (partial)", "0.1.12 (partial)"]
+        "0.1.0",
+        "0.1.8 (partial)",
+        "0.1.12 (partial)",
+    ]
     assert tables["kernel-versions"][1]["cells"][-1] == "-"  # 0.1.8 never reached GPTQ
     lm_eval = tables["lm-eval-results"]
     assert [r["cells"] for r in lm_eval] == [row[1:] for row in LM_EVAL_ROWS]
@@ -353,9 +428,13 @@ def test_lm_eval_rows_that_cannot_be_judged(store: Path, tmp_path: Path) -> None
         ("0.1.10", FLEXIBLE, RowStatus.INCOMPLETE, f"run {run_id} stopped early"),
         ("0.1.10", STRICT, RowStatus.INCOMPLETE, f"run {run_id} stopped early"),
         *(
-            ("0.1.12", key, RowStatus.NOT_COMPARED,
-             f"config Model-FP8 differs from the baseline's (ffffffffffff vs {sha[:12]} in "
-             f"{tmp_path / base.name}): different configs cannot be paired")
+            (
+                "0.1.12",
+                key,
+                RowStatus.NOT_COMPARED,
+                f"config Model-FP8 differs from the baseline's (ffffffffffff vs {sha[:12]} in "
+                f"{tmp_path / base.name}): different configs cannot be paired",
+            )
             for key in (FLEXIBLE, STRICT)
         ),
     ]
@@ -393,10 +472,12 @@ def layout_store(directory: Path) -> Path:
     for config in ("alpha", LONG_CONFIG):
         write_record(directory, make_record(wrong=[0, 1], n=200, config=config, version="0.1.6"))
         for i, version in enumerate(versions):
-            wrong = [0, 1, *range(20, 100)] if (config, version) == (LONG_CONFIG, "0.1.12") else [
-                0, 1, *range(30, 30 + i % 3)]
-            write_record(directory, make_record(wrong=wrong, n=200, config=config,
-                                                version=version))
+            wrong = (
+                [0, 1, *range(20, 100)]
+                if (config, version) == (LONG_CONFIG, "0.1.12")
+                else [0, 1, *range(30, 30 + i % 3)]
+            )
+            write_record(directory, make_record(wrong=wrong, n=200, config=config, version=version))
     return directory
 
 
@@ -427,15 +508,20 @@ def test_layout_at_1280_and_1920(browser: tuple[str, str], tmp_path: Path) -> No
         # a list per comparison with flips: 10 versions of alpha, 11 of the other (the outlier)
         assert (layout["details"], layout["open"]) == (21, 0)
         assert [(p["kind"], p["config"]) for p in layout["plots"]] == [
-            ("accuracy", LONG_CONFIG), ("delta", LONG_CONFIG),
-            ("accuracy", "alpha"), ("delta", "alpha")]
+            ("accuracy", LONG_CONFIG),
+            ("delta", LONG_CONFIG),
+            ("accuracy", "alpha"),
+            ("delta", "alpha"),
+        ]
         for plot in layout["plots"]:
             title = plot["title"]
             assert title["x"] + title["width"] <= plot["width"], plot["config"]
             assert plot["legend"], plot["kind"]
         accuracy, delta = layout["plots"][:2]
-        assert accuracy["legend"][:2] == ["inconclusive", "regression"] or "regression" in (
-            accuracy["legend"])
+        assert (
+            accuracy["legend"][:2] == ["inconclusive", "regression"]
+            or "regression" in (accuracy["legend"])
+        )
         assert "within ±min effect" in delta["legend"]
         assert delta["clipped"] == ["▼ -40.0"]
         # The other deltas (0 to -1 points, intervals of about 2 points) keep a readable scale.

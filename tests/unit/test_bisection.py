@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from humming_matrix.bisection import (
+from humming_matrix.bisect.search import (
     Bisection,
     Conclusion,
     Phase,
@@ -207,10 +207,18 @@ def test_endpoints_are_verified_first_and_the_good_one_leads() -> None:
     [
         (Verdict.BAD, Verdict.BAD, Conclusion.UNVERIFIED, "good endpoint 0.1.0 tested bad"),
         (Verdict.SKIP, Verdict.BAD, Conclusion.UNVERIFIED, "good endpoint 0.1.0 tested skip"),
-        (Verdict.GOOD, Verdict.SKIP, Conclusion.UNVERIFIED,
-         "bad endpoint 0.1.4 could not be tested"),
-        (Verdict.GOOD, Verdict.GOOD, Conclusion.NO_REGRESSION,
-         "bad endpoint 0.1.4 tested good against 0.1.0"),
+        (
+            Verdict.GOOD,
+            Verdict.SKIP,
+            Conclusion.UNVERIFIED,
+            "bad endpoint 0.1.4 could not be tested",
+        ),
+        (
+            Verdict.GOOD,
+            Verdict.GOOD,
+            Conclusion.NO_REGRESSION,
+            "bad endpoint 0.1.4 tested good against 0.1.0",
+        ),
     ],
 )
 def test_endpoint_failures(

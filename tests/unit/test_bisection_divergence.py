@@ -13,13 +13,19 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from humming_matrix.bisect_driver import BisectLog, BisectResult, Driver, Plan
-from humming_matrix.bisection import Conclusion, Verdict
-from humming_matrix.config import EvalConfig, load_config
+from humming_matrix.bisect.driver import BisectLog, BisectResult, Driver, Plan
+from humming_matrix.bisect.search import Conclusion, Verdict
+from humming_matrix.bisect.version_runner import (
+    DIVERGENCE_REPEAT_SUFFIX,
+    Prober,
+    ProbeStatus,
+    Suite,
+    Tier,
+)
 from humming_matrix.divergence.passes import DIVERGENCE_ONLY_ENV, STAGE_REPEAT
-from humming_matrix.matrix import Matrix, load_matrix
-from humming_matrix.paired_judge import DivergenceJudge
-from humming_matrix.probe import DIVERGENCE_REPEAT_SUFFIX, Prober, ProbeStatus, Suite, Tier
+from humming_matrix.judge.paired_judge import DivergenceJudge
+from humming_matrix.matrix.cells import Matrix, load_matrix
+from humming_matrix.suite.config import EvalConfig, load_config
 from tests.doubles.divergence_pass_double import write_pass
 from tests.unit.test_bisection_driver import TEST_MATRIX, VERSIONS
 
@@ -31,8 +37,9 @@ class DivergenceSessionDouble:
     into the store `--results` names, the toy model shifted for versions >= `bad_from`; an
     `uninstallable` version writes an install error to the log and no record."""
 
-    def __init__(self, config: EvalConfig, *, bad_from: str,
-                 uninstallable: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, config: EvalConfig, *, bad_from: str, uninstallable: frozenset[str] = frozenset()
+    ) -> None:
         self.config = config
         self.bad_from = Version(bad_from)
         self.uninstallable = uninstallable
@@ -74,19 +81,24 @@ def matrix(tmp_path: Path) -> Matrix:
 @pytest.fixture
 def config(tmp_path: Path) -> EvalConfig:
     path = tmp_path / "toy.yaml"
-    path.write_text('model_name: "toy"\naccuracy_threshold: 0.0\nnum_questions: 1319\n'
-                    "num_fewshot: 0\n")
+    path.write_text(
+        'model_name: "toy"\naccuracy_threshold: 0.0\nnum_questions: 1319\nnum_fewshot: 0\n'
+    )
     return load_config(path)
 
 
-def bisect(tmp_path: Path, matrix: Matrix, config: EvalConfig,
-           session: DivergenceSessionDouble, log_name: str = "log.jsonl",
-           ) -> tuple[BisectResult, list[str]]:
-    suite = Suite((config,), ("--config", str(config.path)), tmp_path / "store", N,
-                  Tier.DIVERGENCE)
+def bisect(
+    tmp_path: Path,
+    matrix: Matrix,
+    config: EvalConfig,
+    session: DivergenceSessionDouble,
+    log_name: str = "log.jsonl",
+) -> tuple[BisectResult, list[str]]:
+    suite = Suite((config,), ("--config", str(config.path)), tmp_path / "store", N, Tier.DIVERGENCE)
     prober = Prober(suite, session, log_dir=tmp_path / "logs", base_env={})
-    plan = Plan("0.1.2", "0.1.8", VERSIONS, {config.name: config.sha256}, N, None, True,
-                Tier.DIVERGENCE)
+    plan = Plan(
+        "0.1.2", "0.1.8", VERSIONS, {config.name: config.sha256}, N, None, True, Tier.DIVERGENCE
+    )
     judge = DivergenceJudge()
     said: list[str] = []
     with BisectLog(tmp_path / log_name, plan) as log:
@@ -97,18 +109,27 @@ def bisect(tmp_path: Path, matrix: Matrix, config: EvalConfig,
 def test_finds_the_first_diverged_version_and_skips_an_unrunnable_one(
     tmp_path: Path, matrix: Matrix, config: EvalConfig
 ) -> None:
-    session = DivergenceSessionDouble(config, bad_from="0.1.4",
-                                      uninstallable=frozenset({"0.1.5"}))
+    session = DivergenceSessionDouble(config, bad_from="0.1.4", uninstallable=frozenset({"0.1.5"}))
     result, said = bisect(tmp_path, matrix, config, session)
-    assert session.calls == ["humming-0.1.2", "humming-0.1.8", "humming-0.1.5", "humming-0.1.4",
-                             "humming-0.1.3"]
+    assert session.calls == [
+        "humming-0.1.2",
+        "humming-0.1.8",
+        "humming-0.1.5",
+        "humming-0.1.4",
+        "humming-0.1.3",
+    ]
     outcome = result.outcome
     assert (outcome.conclusion, outcome.last_good, outcome.first_bad) == (
-        Conclusion.FOUND, "0.1.3", "0.1.4")
+        Conclusion.FOUND,
+        "0.1.3",
+        "0.1.4",
+    )
     verdicts = {v: (e.status, e.verdict) for v, e in result.entries.items()}
     assert verdicts == {
-        "0.1.2": (ProbeStatus.RAN, Verdict.GOOD), "0.1.8": (ProbeStatus.RAN, Verdict.BAD),
-        "0.1.5": (ProbeStatus.UNTESTABLE, Verdict.SKIP), "0.1.4": (ProbeStatus.RAN, Verdict.BAD),
+        "0.1.2": (ProbeStatus.RAN, Verdict.GOOD),
+        "0.1.8": (ProbeStatus.RAN, Verdict.BAD),
+        "0.1.5": (ProbeStatus.UNTESTABLE, Verdict.SKIP),
+        "0.1.4": (ProbeStatus.RAN, Verdict.BAD),
         "0.1.3": (ProbeStatus.RAN, Verdict.GOOD),
     }
     assert result.entries["0.1.5"].reason == (
@@ -125,7 +146,7 @@ def test_finds_the_first_diverged_version_and_skips_an_unrunnable_one(
     # A fixed shift makes every question diverge more than the floor: the exact sign test's p
     # is 0.5^N, and Holm multiplies the smallest of three by 3.
     assert (kl["metric"], kl["above"], kl["below"]) == ("kl", N, 0)
-    assert kl["p_value"] == pytest.approx(0.5 ** N, rel=1e-12)
+    assert kl["p_value"] == pytest.approx(0.5**N, rel=1e-12)
     assert bad["baseline"]["path"] == good.records["toy"]
     assert bad["replicate"]["path"] == good.records["toy" + DIVERGENCE_REPEAT_SUFFIX]
     same = result.entries["0.1.3"].evidence["toy"]
@@ -159,8 +180,15 @@ def test_a_single_pass_is_not_reused(tmp_path: Path, matrix: Matrix, config: Eva
     assert prober.probe(cell).status is ProbeStatus.RAN
     assert session.calls == ["humming-0.1.4"]
     assert prober.probe(cell).status is ProbeStatus.REUSED
-    assert Prober(Suite((config,), (), store, N - 1, Tier.DIVERGENCE), session,
-                  log_dir=tmp_path / "logs", base_env={}).stored(cell) is None
+    assert (
+        Prober(
+            Suite((config,), (), store, N - 1, Tier.DIVERGENCE),
+            session,
+            log_dir=tmp_path / "logs",
+            base_env={},
+        ).stored(cell)
+        is None
+    )
 
 
 def test_a_gsm8k_probe_never_passes_divergence_only_on(
@@ -171,8 +199,9 @@ def test_a_gsm8k_probe_never_passes_divergence_only_on(
     seen: list[Mapping[str, str]] = []
 
     class Runner:
-        def __call__(self, session: str, posargs: Sequence[str], env: Mapping[str, str],
-                     log: Path) -> int:
+        def __call__(
+            self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+        ) -> int:
             seen.append(dict(env))
             log.write_text("nox > Session failed.\n")
             return 1
@@ -181,7 +210,11 @@ def test_a_gsm8k_probe_never_passes_divergence_only_on(
             """Nothing runs in the background here."""
 
     suite = Suite((config,), (), tmp_path / "store", N)
-    prober = Prober(suite, Runner(), log_dir=tmp_path / "logs",
-                    base_env={DIVERGENCE_ONLY_ENV: "1", "KEPT": "yes"})
+    prober = Prober(
+        suite,
+        Runner(),
+        log_dir=tmp_path / "logs",
+        base_env={DIVERGENCE_ONLY_ENV: "1", "KEPT": "yes"},
+    )
     assert prober.probe(matrix.cell_for("0.1.4")).status is ProbeStatus.UNTESTABLE
     assert [(DIVERGENCE_ONLY_ENV in env, env["KEPT"]) for env in seen] == [(False, "yes")]

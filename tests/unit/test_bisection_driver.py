@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.bisect_driver import BisectLog, BisectResult, Driver, Plan
-from humming_matrix.bisection import Conclusion, Verdict
-from humming_matrix.config import EvalConfig, load_config
+from humming_matrix.bisect.driver import BisectLog, BisectResult, Driver, Plan
+from humming_matrix.bisect.search import Conclusion, Verdict
+from humming_matrix.bisect.version_runner import Prober, ProbeStatus, Suite
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.evaluate import NOT_STARTED
-from humming_matrix.matrix import Matrix, load_matrix
-from humming_matrix.paired_judge import PairedJudge
-from humming_matrix.probe import Prober, ProbeStatus, Suite
-from humming_matrix.results import (
+from humming_matrix.judge.paired_judge import PairedJudge
+from humming_matrix.matrix.cells import Matrix, load_matrix
+from humming_matrix.store.results import (
     ConfigInfo,
     Gsm8kRecord,
     Metrics,
@@ -27,10 +25,12 @@ from humming_matrix.results import (
     utc_now_iso,
     write_record,
 )
-from humming_matrix.server import StartupReport
-from humming_matrix.server_log import StartupPhase
+from humming_matrix.suite.config import EvalConfig, load_config
+from humming_matrix.suite.evaluate import NOT_STARTED
+from humming_matrix.suite.server_log import StartupPhase, StartupReport
 
 N = 60
+CUDA_CRASH = "AcceleratorError: CUDA error: an illegal memory access was encountered"
 VERSIONS = ("0.1.2", "0.1.3", "0.1.4", "0.1.5", "0.1.6", "0.1.7", "0.1.8")
 TEST_MATRIX = """\
 [matrix]
@@ -68,8 +68,10 @@ class SessionDouble:
         uninstallable: frozenset[str] = frozenset(),
         interrupt_at: int | None = None,
         start_fails: Mapping[str, StartupPhase] | None = None,
+        crashes: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config
+        self.crashes = crashes
         self.start_fails = dict(start_fails or {})
         self.bad_from = bad_from
         self.wrong = frozenset(wrong)
@@ -101,6 +103,13 @@ class SessionDouble:
             write_record(store, self._failed_start(version, session, limit))
             log.write_text(f"nox > Session {session} failed.\n")
             return 1
+        if version in self.crashes:
+            write_record(store, self._crashed(version, session, limit))
+            log.write_text(
+                "humming-matrix: error: vllm serve exited with code 1 while serving\n"
+                f"nox > Session {session} failed.\n"
+            )
+            return 3
         bad = self.bad_from is not None and Version(version) >= Version(self.bad_from)
         questions = tuple(
             QuestionOutcome(i, not (bad and i in self.wrong), i, i) for i in range(limit)
@@ -112,8 +121,9 @@ class SessionDouble:
             complete=True,
             config=ConfigInfo(self.config.name, str(self.config.path), self.config.sha256, {}),
             environment={"humming_kernels": version, "session": session, "gpu": None},
-            metrics=Metrics(correct / limit, 0.0, 0, limit, 0.5, 0.08, correct / limit >= 0.42,
-                            1.0),
+            metrics=Metrics(
+                correct / limit, 0.0, 0, limit, 0.5, 0.08, correct / limit >= 0.42, 1.0
+            ),
             questions=questions,
         )
         write_record(store, record)
@@ -123,7 +133,9 @@ class SessionDouble:
     def _failed_start(self, version: str, session: str, limit: int) -> Gsm8kRecord:
         phase = self.start_fails[version]
         report = StartupReport(
-            ready=False, phase=phase, seconds=150.0,
+            ready=False,
+            phase=phase,
+            seconds=150.0,
             reason="vllm serve not ready after 150 s (startup_max_wait_seconds; last phase: "
             f"{phase.label})",
             log_tail=("INFO Model loading took 0.12 GiB memory and 0.73 seconds",),
@@ -136,9 +148,27 @@ class SessionDouble:
             config=ConfigInfo(self.config.name, str(self.config.path), self.config.sha256, {}),
             environment={"humming_kernels": version, "session": session, "gpu": None},
             metrics=Metrics(0.0, 0.0, limit, limit, 0.5, 0.08, False, 0.0),
-            questions=tuple(QuestionOutcome(i, False, None, i, NOT_STARTED)
-                            for i in range(limit)),
+            questions=tuple(QuestionOutcome(i, False, None, i, NOT_STARTED) for i in range(limit)),
             startup=report.to_json(),
+        )
+
+    def _crashed(self, version: str, session: str, limit: int) -> Gsm8kRecord:
+        """What `run` leaves when the server served 10 answers, then died in CUDA."""
+        questions = tuple(
+            QuestionOutcome(i, True, i, i)
+            if i < 10
+            else QuestionOutcome(i, False, None, i, "not asked: the run stopped first")
+            for i in range(limit)
+        )
+        return Gsm8kRecord(
+            run_id=new_run_id(),
+            created=utc_now_iso(),
+            complete=False,
+            config=ConfigInfo(self.config.name, str(self.config.path), self.config.sha256, {}),
+            environment={"humming_kernels": version, "session": session, "gpu": None},
+            metrics=Metrics(10 / limit, 0.0, limit - 10, limit, 0.5, 0.08, False, 1.0),
+            questions=questions,
+            server={"crash": {"cuda_error": True, "reason": CUDA_CRASH}},
         )
 
     def stop_all(self) -> None:
@@ -156,8 +186,7 @@ def matrix(tmp_path: Path) -> Matrix:
 def config(tmp_path: Path) -> EvalConfig:
     path = tmp_path / "double.yaml"
     path.write_text(
-        'model_name: "double/model"\naccuracy_threshold: 0.5\nnum_questions: 1319\n'
-        "num_fewshot: 5\n"
+        'model_name: "double/model"\naccuracy_threshold: 0.5\nnum_questions: 1319\nnum_fewshot: 5\n'
     )
     return load_config(path)
 
@@ -183,8 +212,9 @@ def bisect(
     judge = PairedJudge()
     plan = plan_for(config, verify=verify)
     with BisectLog(tmp_path / log_name, plan, fresh=fresh) as log:
-        result = Driver(plan, matrix, prober, judge, judge.alone, log, jobs=jobs,
-                        say=said.append).run()
+        result = Driver(
+            plan, matrix, prober, judge, judge.alone, log, jobs=jobs, say=said.append
+        ).run()
     return result, said
 
 
@@ -203,7 +233,10 @@ def test_finds_planted_first_bad_and_logs_each_probe(
     lines = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines] == ["start"] + ["probe"] * 4 + ["done"]
     assert [(x["version"], x["verdict"]) for x in lines[1:5]] == [
-        ("0.1.2", "good"), ("0.1.8", "bad"), ("0.1.5", "good"), ("0.1.6", "bad"),
+        ("0.1.2", "good"),
+        ("0.1.8", "bad"),
+        ("0.1.5", "good"),
+        ("0.1.6", "bad"),
     ]
     assert lines[-1]["first_bad"] == "0.1.6"
     assert "bisect: window 0.1.5..0.1.8; 2 step(s) left" in said
@@ -233,8 +266,12 @@ def test_store_reuse_requires_the_same_question_count(
     cell = matrix.cell_for("0.1.4")
     assert prober.probe(cell).status is ProbeStatus.RAN
     assert prober.probe(cell).status is ProbeStatus.REUSED
-    other = Prober(Suite((config,), (), tmp_path / "store", N - 1), session,
-                   log_dir=tmp_path / "logs", base_env={})
+    other = Prober(
+        Suite((config,), (), tmp_path / "store", N - 1),
+        session,
+        log_dir=tmp_path / "logs",
+        base_env={},
+    )
     assert other.stored(cell) is None
     on_gpu = Prober(suite, session, log_dir=tmp_path / "logs", base_env={}, hardware="NVIDIA H200")
     assert on_gpu.stored(cell) is None
@@ -266,11 +303,19 @@ def test_uninstallable_version_is_skipped_with_the_reason(
     )
     # The skipped midpoint moves the probe to its lower neighbour. 0.1.5 sits right at the
     # boundary, so the honest answer names both candidates rather than blaming 0.1.6.
-    assert session.calls == ["humming-0.1.2", "humming-0.1.8", "humming-0.1.5", "humming-0.1.4",
-                             "humming-0.1.6"]
+    assert session.calls == [
+        "humming-0.1.2",
+        "humming-0.1.8",
+        "humming-0.1.5",
+        "humming-0.1.4",
+        "humming-0.1.6",
+    ]
     outcome = result.outcome
     assert (outcome.conclusion, outcome.last_good, outcome.first_bad, outcome.undecided) == (
-        Conclusion.AMBIGUOUS, "0.1.4", "0.1.6", ("0.1.5",)
+        Conclusion.AMBIGUOUS,
+        "0.1.4",
+        "0.1.6",
+        ("0.1.5",),
     )
 
 
@@ -282,7 +327,10 @@ def test_killed_bisect_resumes_without_redoing_probes(
         bisect(tmp_path, matrix, config, killed)
     log = tmp_path / "log.jsonl"
     assert [json.loads(x)["event"] for x in log.read_text().splitlines()] == [
-        "start", "probe", "probe", "probe",
+        "start",
+        "probe",
+        "probe",
+        "probe",
     ]
     # Simulate a kill while writing: half a line at the end is dropped, not an error.
     with log.open("a") as fh:
@@ -293,9 +341,7 @@ def test_killed_bisect_resumes_without_redoing_probes(
     # 0.1.5 (bad) was the last logged probe; next the midpoint of 0.1.2..0.1.5, then the rest.
     assert resumed.calls == ["humming-0.1.3", "humming-0.1.4"]
     assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.3", "0.1.4")
-    assert said[0] == (
-        f"bisect: resumed 3 verdict(s) from {log}: 0.1.2 good, 0.1.8 bad, 0.1.5 bad"
-    )
+    assert said[0] == (f"bisect: resumed 3 verdict(s) from {log}: 0.1.2 good, 0.1.8 bad, 0.1.5 bad")
     assert all(json.loads(x) for x in log.read_text().splitlines())
 
 
@@ -329,8 +375,9 @@ def test_bad_endpoint_that_tests_good_is_no_regression(
 def test_untestable_good_endpoint_is_unverified(
     tmp_path: Path, matrix: Matrix, config: EvalConfig
 ) -> None:
-    session = SessionDouble(config, bad_from="0.1.6", wrong=range(10),
-                            uninstallable=frozenset({"0.1.2"}))
+    session = SessionDouble(
+        config, bad_from="0.1.6", wrong=range(10), uninstallable=frozenset({"0.1.2"})
+    )
     result, _ = bisect(tmp_path, matrix, config, session, jobs=2)
     assert result.outcome.conclusion is Conclusion.UNVERIFIED
     assert result.outcome.reason == "good endpoint 0.1.2 tested skip"
@@ -385,8 +432,9 @@ def test_a_release_whose_server_hangs_after_loading_weights_is_bad(
 def test_a_server_that_dies_before_loading_weights_is_untestable(
     tmp_path: Path, matrix: Matrix, config: EvalConfig
 ) -> None:
-    session = SessionDouble(config, bad_from="0.1.6", wrong=range(10),
-                            start_fails={"0.1.5": StartupPhase.LAUNCHED})
+    session = SessionDouble(
+        config, bad_from="0.1.6", wrong=range(10), start_fails={"0.1.5": StartupPhase.LAUNCHED}
+    )
     result, _ = bisect(tmp_path, matrix, config, session)
     entry = result.entries["0.1.5"]
     assert (entry.status, entry.verdict) == (ProbeStatus.START_FAILED, Verdict.SKIP)
@@ -412,8 +460,9 @@ def test_a_failed_start_with_no_started_neighbour_in_its_environment_is_untestab
     assert TWO_STACKS != TEST_MATRIX
     path = tmp_path / "two.toml"
     path.write_text(TWO_STACKS)
-    session = SessionDouble(config, bad_from=None, wrong=(),
-                            start_fails={"0.1.8": StartupPhase.WEIGHTS_LOADED})
+    session = SessionDouble(
+        config, bad_from=None, wrong=(), start_fails={"0.1.8": StartupPhase.WEIGHTS_LOADED}
+    )
     result, _ = bisect(tmp_path, load_matrix(path), config, session)
     entry = result.entries["0.1.8"]
     assert (entry.status, entry.verdict) == (ProbeStatus.START_FAILED, Verdict.SKIP)
@@ -422,3 +471,24 @@ def test_a_failed_start_with_no_started_neighbour_in_its_environment_is_untestab
         "a bad release from a bad machine)"
     )
     assert result.outcome.conclusion is Conclusion.UNVERIFIED
+
+
+def test_a_release_whose_server_crashes_in_cuda_while_serving_is_bad(
+    tmp_path: Path, matrix: Matrix, config: EvalConfig
+) -> None:
+    """Unlike a server that never started, one that served and then died with a CUDA error is
+    evidence against the kernel (docs/reliability.md)."""
+    session = SessionDouble(
+        config, bad_from=None, wrong=(), crashes=frozenset({"0.1.6", "0.1.7", "0.1.8"})
+    )
+    result, said = bisect(tmp_path, matrix, config, session)
+    assert result.outcome.conclusion is Conclusion.FOUND
+    assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.5", "0.1.6")
+    entry = result.entries["0.1.6"]
+    assert (entry.status, entry.verdict) == (ProbeStatus.CRASHED, Verdict.BAD)
+    [path] = (tmp_path / "store").glob("gsm8k__double__0.1.6__*.json")
+    assert entry.reason == (
+        f"the server of config double crashed while serving with a CUDA error: {CUDA_CRASH}"
+    )
+    assert entry.evidence == {"double": {"record": str(path)}}
+    assert f"bisect: 0.1.6: bad (server crashed) - {entry.reason}" in said

@@ -10,22 +10,27 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from humming_matrix.bisect_driver import BisectLog, Driver, Plan
-from humming_matrix.bisect_report import evidence_lines
-from humming_matrix.bisection import Conclusion, Verdict
+from humming_matrix.bisect.driver import BisectLog, Driver, Plan
+from humming_matrix.bisect.report import evidence_lines
+from humming_matrix.bisect.search import Conclusion, Verdict
+from humming_matrix.bisect.version_runner import Prober, ProbeStatus, Suite, Tier
+from humming_matrix.judge.paired_judge import KernelJudge
 from humming_matrix.kernels.record import Settings, build_record, write_record
 from humming_matrix.kernels.watchdog import SuiteRun
-from humming_matrix.matrix import Matrix, load_matrix
-from humming_matrix.paired_judge import KernelJudge
-from humming_matrix.probe import Prober, ProbeStatus, Suite, Tier
-from humming_matrix.results import new_run_id, utc_now_iso
+from humming_matrix.matrix.cells import Matrix, load_matrix
+from humming_matrix.store.results import new_run_id, utc_now_iso
 from tests.unit.test_bisection_driver import TEST_MATRIX, VERSIONS
 
 
 def _batch(m: int, nan: int = 0) -> dict[str, Any]:
     return {
-        "m": m, "rel_err": [2e-3, 2.1e-3, 1.9e-3], "worst_row_rel_err": [4e-3] * 3,
-        "floor": 1.6e-3, "nan": nan, "inf": 0, "input_sha256": f"in-{m}",
+        "m": m,
+        "rel_err": [2e-3, 2.1e-3, 1.9e-3],
+        "worst_row_rel_err": [4e-3] * 3,
+        "floor": 1.6e-3,
+        "nan": nan,
+        "inf": 0,
+        "input_sha256": f"in-{m}",
         "time": {"median_ms": 1.0, "mad_ms": 0.01, "min_ms": 1.0, "repeats": 10},
     }
 
@@ -50,15 +55,19 @@ class KernelSessionDouble:
         run = SuiteRun(
             results=(
                 {"case": {"name": "dense"}, "batches": [_batch(16), _batch(64)]},
-                {"case": {"name": "moe"}, "batches": [_batch(16), _batch(64, nan=3 if broken
-                                                                          else 0)]},
+                {
+                    "case": {"name": "moe"},
+                    "batches": [_batch(16), _batch(64, nan=3 if broken else 0)],
+                },
             ),
             import_error="ImportError: no humming.ops" if version in self.no_import else None,
         )
         record = build_record(
-            run, Settings((16, 64), 10, 3, 0, 60.0),
+            run,
+            Settings((16, 64), 10, 3, 0, 60.0),
             {"humming_kernels": version, "session": session, "gpu": None},
-            new_run_id(), utc_now_iso(),
+            new_run_id(),
+            utc_now_iso(),
         )
         write_record(Path(posargs[posargs.index("--results") + 1]), record)
         log.write_text(f"nox > Session {session} was successful.\n")
@@ -80,8 +89,9 @@ def run(tmp_path: Path, matrix: Matrix, session: KernelSessionDouble, log: str) 
     prober = Prober(suite, session, log_dir=tmp_path / "logs", base_env={})
     judge = KernelJudge()
     with BisectLog(tmp_path / log, plan) as bisect_log:
-        return Driver(plan, matrix, prober, judge, judge.alone, bisect_log,
-                      say=lambda line: None).run()
+        return Driver(
+            plan, matrix, prober, judge, judge.alone, bisect_log, say=lambda line: None
+        ).run()
 
 
 def test_kernel_tier_finds_the_first_broken_release_and_reuses_its_records(
@@ -90,10 +100,16 @@ def test_kernel_tier_finds_the_first_broken_release_and_reuses_its_records(
     session = KernelSessionDouble("0.1.4")
     result = run(tmp_path, matrix, session, "a.jsonl")
     assert (result.outcome.conclusion, result.outcome.last_good, result.outcome.first_bad) == (
-        Conclusion.FOUND, "0.1.3", "0.1.4",
+        Conclusion.FOUND,
+        "0.1.3",
+        "0.1.4",
     )
     assert session.calls == [
-        "kernels-0.1.2", "kernels-0.1.8", "kernels-0.1.5", "kernels-0.1.3", "kernels-0.1.4",
+        "kernels-0.1.2",
+        "kernels-0.1.8",
+        "kernels-0.1.5",
+        "kernels-0.1.3",
+        "kernels-0.1.4",
     ]
     entry = result.entries["0.1.4"]
     assert entry.reason == "kernels: 1 of 4 case/batch results worse: moe m=64 newly-broken"
@@ -117,3 +133,63 @@ def test_a_release_humming_cannot_import_is_skipped(tmp_path: Path, matrix: Matr
         "untestable: nox session kernels-0.1.5 exited 0 without a complete kernel record: "
     )
     assert (result.outcome.last_good, result.outcome.first_bad) == ("0.1.4", "0.1.6")
+
+
+class RetiledSessionDouble(KernelSessionDouble):
+    """TEST DOUBLE: from `changed_from` on the output bytes differ (a retiled kernel, error the
+    same: `changed`); from `broken_from` on, case `moe` at m=64 is twice as far from the
+    reference (`worse`, within the run tolerance). Every relaunch bit-identical."""
+
+    def __init__(self, changed_from: str, broken_from: str) -> None:
+        super().__init__(broken_from)
+        self.changed_from = Version(changed_from)
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int:
+        self.calls.append(session)
+        version = Version(session.removeprefix("kernels-"))
+        sha = "retiled" if version >= self.changed_from else "original"
+
+        def batch(m: int, worse: bool = False) -> dict[str, Any]:
+            b = _batch(m)
+            if worse:
+                b["rel_err"] = [4e-3, 4.1e-3, 3.9e-3]
+            return dict(b, sha256=f"{sha}-{m}", deterministic=[True] * 3)
+
+        run = SuiteRun(
+            results=(
+                {"case": {"name": "dense"}, "batches": [batch(16), batch(64)]},
+                {
+                    "case": {"name": "moe"},
+                    "batches": [batch(16), batch(64, version >= self.broken_from)],
+                },
+            )
+        )
+        record = build_record(
+            run,
+            Settings((16, 64), 10, 3, 0, 60.0),
+            {"humming_kernels": str(version), "session": session, "gpu": None},
+            new_run_id(),
+            utc_now_iso(),
+        )
+        write_record(Path(posargs[posargs.index("--results") + 1]), record)
+        log.write_text(f"nox > Session {session} was successful.\n")
+        return 0
+
+
+def test_bisect_counts_worse_as_bad_and_changed_as_good(tmp_path: Path, matrix: Matrix) -> None:
+    session = RetiledSessionDouble(changed_from="0.1.4", broken_from="0.1.7")
+    result = run(tmp_path, matrix, session, "a.jsonl")
+    assert (result.outcome.conclusion, result.outcome.last_good, result.outcome.first_bad) == (
+        Conclusion.FOUND,
+        "0.1.6",
+        "0.1.7",
+    )
+    assert result.entries["0.1.7"].reason == (
+        "kernels: 1 of 4 case/batch results worse: moe m=64 worse (rel. error +0.002)"
+    )
+    # 0.1.5 is judged against 0.1.2: every output changed, none worse: good.
+    assert result.entries["0.1.5"].verdict is Verdict.GOOD
+    changed = [v["verdict"] for v in result.entries["0.1.5"].evidence["kernels"]["verdicts"]]
+    assert changed == ["changed"] * 4

@@ -12,15 +12,20 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from humming_matrix.client import Completion, CompletionsClient, RetryPolicy
 from humming_matrix.errors import ServerError
+from humming_matrix.suite.client import Completion, CompletionsClient, RetryPolicy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def run(handler: Handler, prompts: list[tuple[int, str]], *, retries: int = 3,
-        concurrency: int = 4, check: Callable[[], None] | None = None,
-        ) -> tuple[list[Completion], list[float]]:
+def run(
+    handler: Handler,
+    prompts: list[tuple[int, str]],
+    *,
+    retries: int = 3,
+    concurrency: int = 4,
+    check: Callable[[], None] | None = None,
+) -> tuple[list[Completion], list[float]]:
     sleeps: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -31,9 +36,13 @@ def run(handler: Handler, prompts: list[tuple[int, str]], *, retries: int = 3,
         app.router.add_post("/v1/completions", handler)
         async with TestServer(app) as server:
             client = CompletionsClient(
-                str(server.make_url("/")), {"max_tokens": 256, "temperature": 0.0, "seed": None},
-                concurrency=concurrency, timeout=5, retry=RetryPolicy(retries=retries),
-                sleep=sleep, check_server=check,
+                str(server.make_url("/")),
+                {"max_tokens": 256, "temperature": 0.0, "seed": None},
+                concurrency=concurrency,
+                timeout=5,
+                retry=RetryPolicy(retries=retries),
+                sleep=sleep,
+                check_server=check,
             )
             return await client.complete(prompts)
 
@@ -44,8 +53,7 @@ def answer(text: str) -> web.Response:
     return web.json_response({"choices": [{"text": text}]})
 
 
-def test_body_omits_none_and_5xx_is_retried_with_backoff(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_body_omits_none_and_5xx_is_retried_with_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     # The jitter factor is 0.5 + random() / 2; pinning random() at 0.5 makes it 0.75 exactly.
     monkeypatch.setattr(random, "random", lambda: 0.5)
     bodies: list[object] = []

@@ -12,25 +12,25 @@ import pytest
 from scipy import stats as sp
 
 from humming_matrix.cli import main
-from humming_matrix.compare import (
-    Cell,
+from humming_matrix.errors import RecordError, UsageError
+from humming_matrix.judge.compare import (
     FlipDirection,
     LoadedRecord,
+    RunEnvironment,
     Settings,
     Verdict,
     compare_locations,
     compare_records,
     decide,
 )
-from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.results import (
+from humming_matrix.judge.stats import PairedTable, paired_difference_interval, wilson_interval
+from humming_matrix.store.results import (
     ConfigInfo,
     Gsm8kRecord,
     Metrics,
     QuestionOutcome,
     write_record,
 )
-from humming_matrix.stats import PairedTable, paired_difference_interval, wilson_interval
 
 LABELS = [10 + i for i in range(400)]
 _counter = iter(range(10_000))
@@ -217,9 +217,13 @@ def test_refuses_different_question_sets() -> None:
         compare_records(
             loaded(make_record(), "b.json"), loaded(make_record(n=30), "c.json"), SETTINGS
         )
-    with pytest.raises(RecordError, match=re.escape(
-        "rec.json: questions: question set differs from the baseline's in rec.json (40 "
-        "questions, 1..40 vs 40 questions, 0..39): run both with the same --limit")):
+    with pytest.raises(
+        RecordError,
+        match=re.escape(
+            "rec.json: questions: question set differs from the baseline's in rec.json (40 "
+            "questions, 1..40 vs 40 questions, 0..39): run both with the same --limit"
+        ),
+    ):
         compare_records(loaded(make_record()), loaded(make_record(indices=range(1, 41))), SETTINGS)
 
 
@@ -328,7 +332,7 @@ def test_no_calibration_across_sides_even_when_environments_match(tmp_path: Path
 
 
 def test_cell_label() -> None:
-    cell = Cell("0.1.6", "0.24.0", "2.11.0", "12.8", "NVIDIA H200")
+    cell = RunEnvironment("0.1.6", "0.24.0", "2.11.0", "12.8", "NVIDIA H200")
     assert cell.label == "humming-kernels 0.1.6, vllm 0.24.0, torch 2.11.0 (CUDA 12.8), NVIDIA H200"
 
 
@@ -429,8 +433,9 @@ def test_cli_sends_kernel_records_to_the_kernel_judge(
     assert row in lines
     data = json.loads(out.read_text())
     assert (data["kind"], data["regression"], data["exit_code"]) == ("kernels", True, 1)
-    assert [(v["case"], v["m"], v["verdict"], v["candidate"]["state"])
-            for v in data["verdicts"]] == [("w4a16-4096x4096", 1, "newly-broken", "crash")]
+    assert [
+        (v["case"], v["m"], v["verdict"], v["candidate"]["state"]) for v in data["verdicts"]
+    ] == [("w4a16-4096x4096", 1, "newly-broken", "crash")]
 
 
 def test_cli_refuses_to_pair_gsm8k_with_kernel_records(

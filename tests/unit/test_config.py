@@ -7,18 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.config import load_config, load_configs, read_config_list
 from humming_matrix.errors import ConfigError
+from humming_matrix.suite.config import load_config, load_configs, read_config_list
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "gsm8k" / "humming"
 
-BASE = (
-    'model_name: "org/model"\n'
-    "accuracy_threshold: 0.86\n"
-    "num_questions: 1319\n"
-    "num_fewshot: 5\n"
-)
+BASE = 'model_name: "org/model"\naccuracy_threshold: 0.86\nnum_questions: 1319\nnum_fewshot: 5\n'
 
 
 def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:
@@ -40,8 +35,15 @@ def test_the_shipped_suite_loads() -> None:
     assert qwen.model_name == "nm-testing/Qwen3-30B-A3B-MXFP4A16"
     assert qwen.accuracy_threshold == 0.86
     assert (qwen.num_questions, qwen.num_fewshot) == (1319, 5)
-    assert qwen.server_args == ("--enforce-eager", "--max-model-len", "8192",
-                                "--tensor-parallel-size", "1", "--quantization", "humming")
+    assert qwen.server_args == (
+        "--enforce-eager",
+        "--max-model-len",
+        "8192",
+        "--tensor-parallel-size",
+        "1",
+        "--quantization",
+        "humming",
+    )
     assert qwen.env == {"VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype":"float8e4m3"}'}
     assert qwen.tensor_parallel_size == 1
     assert by_name["gpt-oss-20b-humming-act-fp8"].accuracy_threshold == 0.30
@@ -50,18 +52,24 @@ def test_the_shipped_suite_loads() -> None:
 
 
 def test_every_key_vllm_reads_loads(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, BASE + (
-        "server_args: \"--max-model-len 4096 --hf-overrides '{\\\"a\\\": 1}'\"\n"
-        "env:\n  VLLM_X: '1'\n  VLLM_N: 2\n"
-        "tolerance: 0.05\n"
-        "startup_max_wait_seconds: 1200\n"
-        "max_tokens: 512\n"
-        "temperature: 0.6\n"
-        "seed: 7\n"
-        "request_timeout_seconds: 30.5\n"
-        "max_concurrency: 16\n"
-        "gen_prefix: \" Let's think step by step.\"\n"
-    )))
+    cfg = load_config(
+        write(
+            tmp_path,
+            BASE
+            + (
+                'server_args: "--max-model-len 4096 --hf-overrides \'{\\"a\\": 1}\'"\n'
+                "env:\n  VLLM_X: '1'\n  VLLM_N: 2\n"
+                "tolerance: 0.05\n"
+                "startup_max_wait_seconds: 1200\n"
+                "max_tokens: 512\n"
+                "temperature: 0.6\n"
+                "seed: 7\n"
+                "request_timeout_seconds: 30.5\n"
+                "max_concurrency: 16\n"
+                'gen_prefix: " Let\'s think step by step."\n'
+            ),
+        )
+    )
     assert cfg.server_args == ("--max-model-len", "4096", "--hf-overrides", '{"a": 1}')
     assert cfg.env == {"VLLM_X": "1", "VLLM_N": "2"}
     assert (cfg.tolerance, cfg.startup_max_wait_seconds, cfg.max_tokens) == (0.05, 1200.0, 512)
@@ -88,28 +96,44 @@ def test_defaults_are_vllms(tmp_path: Path) -> None:
     [
         (BASE + "acuracy: 1\n", r"cfg\.yaml: acuracy: unknown key$"),
         (BASE.replace("num_fewshot: 5\n", ""), r"cfg\.yaml: num_fewshot: missing required key$"),
-        (BASE.replace("1319", '"1319"'),
-         r"cfg\.yaml: num_questions: expected int, got str '1319'$"),
-        (BASE.replace("0.86", "true"),
-         r"cfg\.yaml: accuracy_threshold: expected number, got bool True$"),
-        (BASE + "server_args: [--enforce-eager]\n",
-         r"cfg\.yaml: server_args: expected str, got list"),
+        (
+            BASE.replace("1319", '"1319"'),
+            r"cfg\.yaml: num_questions: expected int, got str '1319'$",
+        ),
+        (
+            BASE.replace("0.86", "true"),
+            r"cfg\.yaml: accuracy_threshold: expected number, got bool True$",
+        ),
+        (
+            BASE + "server_args: [--enforce-eager]\n",
+            r"cfg\.yaml: server_args: expected str, got list",
+        ),
         (BASE + "env: [a]\n", r"cfg\.yaml: env: expected mapping, got list"),
         (BASE + "env:\n  A: [1]\n", r"cfg\.yaml: env\.A: expected a string, got list$"),
-        (BASE + "server_args: --port 8000\n",
-         r"cfg\.yaml: server_args: --port is set by the launcher; remove it$"),
-        (BASE + "server_args: --seed=1\n",
-         r"cfg\.yaml: server_args: --seed is set by the launcher; remove it$"),
-        (BASE + "server_args: \"--a 'unclosed\"\n",
-         r"cfg\.yaml: server_args: cannot be split like a shell line"),
+        (
+            BASE + "server_args: --port 8000\n",
+            r"cfg\.yaml: server_args: --port is set by the launcher; remove it$",
+        ),
+        (
+            BASE + "server_args: --seed=1\n",
+            r"cfg\.yaml: server_args: --seed is set by the launcher; remove it$",
+        ),
+        (
+            BASE + 'server_args: "--a \'unclosed"\n',
+            r"cfg\.yaml: server_args: cannot be split like a shell line",
+        ),
         (BASE.replace("1319", "0"), r"cfg\.yaml: num_questions: must be at least 1$"),
-        (BASE.replace("num_fewshot: 5", "num_fewshot: -1"),
-         r"cfg\.yaml: num_fewshot: must not be negative$"),
+        (
+            BASE.replace("num_fewshot: 5", "num_fewshot: -1"),
+            r"cfg\.yaml: num_fewshot: must not be negative$",
+        ),
         ("- a\n- b\n", r"cfg\.yaml: expected a mapping of keys to values$"),
         (BASE + "env: {\n", r"cfg\.yaml: line \d+: not valid YAML"),
         (BASE + "max_concurrency: 0\n", r"cfg\.yaml: max_concurrency: must be at least 1$"),
-        (BASE + "seed: null\n" + "temperature: null\n" + "tolerance: null\n",
-         r"cfg\.yaml: tolerance: must not be null$"),
+        (
+            BASE + "seed: null\n" + "temperature: null\n" + "tolerance: null\n",
+            r"cfg\.yaml: tolerance: must not be null$",
+        ),
     ],
 )
 def test_bad_configs_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:

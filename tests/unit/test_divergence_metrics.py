@@ -13,8 +13,9 @@ from humming_matrix.divergence.metrics import position_kl, question_divergence
 from humming_matrix.divergence.record import AnswerLogprobs
 
 
-def answer(dists: list[list[float]], tokens: list[int], k: int, span_start: int = 5,
-           index: int = 0) -> AnswerLogprobs:
+def answer(
+    dists: list[list[float]], tokens: list[int], k: int, span_start: int = 5, index: int = 0
+) -> AnswerLogprobs:
     """An answer whose position t has the distribution dists[t] (probabilities over a small
     vocabulary) and forced token tokens[t], keeping the top k as vLLM lists them."""
     out = AnswerLogprobs(index, None, span_start, array("i"), array("f"), array("i"), array("f"))
@@ -76,8 +77,7 @@ def test_a_baseline_top_token_the_candidate_does_not_list_gets_the_candidates_bo
     assert share == pytest.approx(0.175, rel=1e-6)
     binned_p = [p32[0], p32[1], p32[4], 1 - p32[0] - p32[1] - p32[4]]
     binned_q = [q32[0], share, q32[4], 1 - q32[0] - share - q32[4]]
-    assert position_kl(base, cand, 0, 2, 2) == pytest.approx(
-        entropy(binned_p, binned_q), rel=1e-6)
+    assert position_kl(base, cand, 0, 2, 2) == pytest.approx(entropy(binned_p, binned_q), rel=1e-6)
 
 
 def test_identical_passes_diverge_by_exactly_zero() -> None:
@@ -97,10 +97,12 @@ def test_top1_disagreement_and_nll_change_per_question() -> None:
     d = question_divergence(base, cand, 2, 2)
     assert d.top1_disagreement == 0.5
     expected_nll = -(math.log(as_float32(q1)[1]) + math.log(as_float32(q2)[2])) + (
-        math.log(as_float32(p1)[1]) + math.log(as_float32(p2)[2]))
+        math.log(as_float32(p1)[1]) + math.log(as_float32(p2)[2])
+    )
     assert d.nll_change == pytest.approx(expected_nll, rel=1e-6)
     assert d.kl == pytest.approx(
-        (position_kl(base, cand, 0, 2, 2) + position_kl(base, cand, 1, 2, 2)) / 2)
+        (position_kl(base, cand, 0, 2, 2) + position_kl(base, cand, 1, 2, 2)) / 2
+    )
 
 
 def test_passes_of_different_tokens_are_refused() -> None:

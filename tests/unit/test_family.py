@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from humming_matrix.family import holm_adjust
+from humming_matrix.judge.family import holm_adjust
 
 
 def test_the_worked_example_rejects_exactly_the_two_smallest() -> None:

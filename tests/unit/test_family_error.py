@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from humming_matrix.compare import PairedTest, Settings, Verdict, in_family, paired_test
-from humming_matrix.stats import PairedTable
+from humming_matrix.judge.compare import PairedTest, Settings, Verdict, in_family, paired_test
+from humming_matrix.judge.stats import PairedTable
 
 SETTINGS = Settings()  # alpha 0.05, min effect one point
 
@@ -23,13 +23,18 @@ def false_alarm(tests: list[PairedTest]) -> tuple[bool, bool]:
     return family, alone
 
 
-def compare_aa(sims: int, configs: int, n: int, discordance: float, seed: int) -> tuple[float,
-                                                                                        float]:
+def compare_aa(
+    sims: int, configs: int, n: int, discordance: float, seed: int
+) -> tuple[float, float]:
     """`compare` of `configs` configs, each an A/A pair: independent runs, symmetric flips."""
     rng = np.random.default_rng(seed)
     accuracy = 0.86
-    probs = [accuracy - discordance / 2, discordance / 2, discordance / 2,
-             1 - accuracy - discordance / 2]
+    probs = [
+        accuracy - discordance / 2,
+        discordance / 2,
+        discordance / 2,
+        1 - accuracy - discordance / 2,
+    ]
     family = alone = 0
     for _ in range(sims):
         draws = rng.multinomial(n, probs, size=configs)
@@ -40,8 +45,9 @@ def compare_aa(sims: int, configs: int, n: int, discordance: float, seed: int) -
     return family / sims, alone / sims
 
 
-def report_aa(sims: int, versions: int, configs: int, n: int, flip: float,
-              seed: int) -> tuple[float, float]:
+def report_aa(
+    sims: int, versions: int, configs: int, n: int, flip: float, seed: int
+) -> tuple[float, float]:
     """A nightly report: `versions` releases x `configs` configs, each compared with ONE baseline
     run per config (shared, so the tests are dependent). No release changes anything: every run
     is the question's fixed outcome with each answer tipped with probability `flip` (a pair then
@@ -79,8 +85,9 @@ def test_a_report_of_twenty_versions_keeps_its_family_error_at_alpha() -> None:
     assert alone > 0.5  # one by one, most nights show a false regression
 
 
-def scipy_verdict_power(n: int, discordance: float, drop: float, alpha: float,
-                        min_net: int) -> float:
+def scipy_verdict_power(
+    n: int, discordance: float, drop: float, alpha: float, min_net: int
+) -> float:
     """The verdict's power written with scipy alone: over every m, P(M = m) times P(b reaches both
     the exact test's critical count and (m + min_net) / 2)."""
     from scipy import stats as sp
@@ -102,7 +109,7 @@ def test_the_verdict_mde_is_where_the_verdict_reaches_80_percent_power() -> None
     """verdict_mde at 200 questions and 5% noise, family of 2, one-point minimum effect (b - c
     >= 2), against scipy; then the drop it names is caught about 80% of the time by the judging
     API itself (simulated: paired_test and in_family with an unchanged second config)."""
-    from humming_matrix.compare import verdict_mde
+    from humming_matrix.judge.compare import verdict_mde
 
     n, noise = 200, 0.05
     mde = verdict_mde(n, noise, SETTINGS, family_size=2)
@@ -115,7 +122,9 @@ def test_the_verdict_mde_is_where_the_verdict_reaches_80_percent_power() -> None
     unchanged = [0.86 - noise / 2, noise / 2, noise / 2, 0.14 - noise / 2]
     sims, caught = 2000, 0
     for _ in range(sims):
-        tests = [paired_test(PairedTable(*(int(x) for x in rng.multinomial(n, p))), SETTINGS)
-                 for p in (dropped, unchanged)]
+        tests = [
+            paired_test(PairedTable(*(int(x) for x in rng.multinomial(n, p))), SETTINGS)
+            for p in (dropped, unchanged)
+        ]
         caught += in_family(tests)[0].verdict is Verdict.REGRESSION
     assert 0.77 <= caught / sims <= 0.85  # Holm's first step is alpha / 2; later steps add a little

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix import gsm8k
 from humming_matrix.errors import DataError
+from humming_matrix.suite import gsm8k
 
 # The published files' sha256 (DESIGN.md), written out rather than read from the module.
 TEST_SHA256 = "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
@@ -55,12 +55,16 @@ def test_prompt_is_byte_for_byte_the_vllm_format(gsm8k_dir: Path) -> None:
     for prompt, row in zip(prompts, test[:3], strict=True):
         assert prompt.text == f"{shots}Question: {row['question']}\nAnswer:"
     assert prompts[0].text.startswith("Question: Natalia sold clips to 48 of her friends")
-    assert prompts[0].text.endswith("How much in dollars does she make every day at the "
-                                    "farmers' market?\nAnswer:")
+    assert prompts[0].text.endswith(
+        "How much in dollars does she make every day at the farmers' market?\nAnswer:"
+    )
     assert [p.label for p in prompts] == [18, 3, 70000]
-    assert hashlib.sha256(prompts[0].text.encode()).hexdigest() == hashlib.sha256(
-        (shots + f"Question: {test[0]['question']}\nAnswer:").encode()
-    ).hexdigest()
+    assert (
+        hashlib.sha256(prompts[0].text.encode()).hexdigest()
+        == hashlib.sha256(
+            (shots + f"Question: {test[0]['question']}\nAnswer:").encode()
+        ).hexdigest()
+    )
 
 
 def test_gen_prefix_and_zero_shots() -> None:
@@ -84,8 +88,9 @@ def test_all_1319_labels_are_valid(gsm8k_dir: Path) -> None:
     assert [p.index for p in prompts] == list(range(1319))
 
 
-def test_corrupt_local_copy_is_refused(tmp_path: Path, gsm8k_dir: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_corrupt_local_copy_is_refused(
+    tmp_path: Path, gsm8k_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shutil.copy(gsm8k_dir / "train.jsonl", tmp_path / "train.jsonl")
     data = (gsm8k_dir / "test.jsonl").read_bytes()
     (tmp_path / "test.jsonl").write_bytes(data.replace(b"Janet", b"Jenny", 1))
@@ -94,15 +99,15 @@ def test_corrupt_local_copy_is_refused(tmp_path: Path, gsm8k_dir: Path,
         gsm8k.build_prompts(1, 0)
 
 
-def test_missing_local_copy_names_the_path(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_local_copy_names_the_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gsm8k.ENV_DIR, str(tmp_path))
     with pytest.raises(DataError, match=r"train\.jsonl: no such file"):
         gsm8k.build_prompts(1, 1)
 
 
-def test_download_once_into_cache_and_verify(tmp_path: Path, gsm8k_dir: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_download_once_into_cache_and_verify(
+    tmp_path: Path, gsm8k_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(gsm8k.ENV_DIR)
     fetched: list[str] = []
 
@@ -121,7 +126,8 @@ def test_download_once_into_cache_and_verify(tmp_path: Path, gsm8k_dir: Path,
         gsm8k.data_file("train.jsonl", lambda url: other, cache)
     assert str(refused.value) == (
         f"{gsm8k.SOURCE_URL.format(name='train.jsonl')}: downloaded file has sha256 "
-        f"{hashlib.sha256(other).hexdigest()}, expected {TRAIN_SHA256}")
+        f"{hashlib.sha256(other).hexdigest()}, expected {TRAIN_SHA256}"
+    )
     assert not (cache / "train.jsonl").exists()
 
     tampered = b"tampered\n"
@@ -131,4 +137,5 @@ def test_download_once_into_cache_and_verify(tmp_path: Path, gsm8k_dir: Path,
     assert str(refused.value) == (
         f"{cache / 'test.jsonl'}: sha256 {hashlib.sha256(tampered).hexdigest()} "
         f"does not match the published GSM8K file ({TEST_SHA256}); the file is corrupt or not "
-        "GSM8K")
+        "GSM8K"
+    )

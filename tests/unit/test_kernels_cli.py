@@ -16,36 +16,63 @@ import pytest
 from humming_matrix.cli import build_parser
 from humming_matrix.cli.kernels import handle
 from humming_matrix.errors import ExitCode, InfrastructureError, UntestableError
-from humming_matrix.results import RecordKind, record_paths
+from humming_matrix.store.results import RecordKind, record_paths
 
 REPO = Path(__file__).resolve().parents[2]
 DOUBLES = REPO / "tests" / "doubles"
 WORKER = (sys.executable, str(DOUBLES / "kernel_worker_double.py"))
+# The four cases `--cases moe-gate-up-mxfp4-*k4 moe-gate-up-mxfp4-*k8` selects, in suite order.
+OSS = "moe-gate-up-mxfp4-bf16-5760x2880-e32k4"
+OSS_FP8 = "moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4"
+QWEN = "moe-gate-up-mxfp4-bf16-1536x2048-e128k8"
+QWEN_FP8 = "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8"
 
 
 def test_without_a_gpu_kernels_exits_3_with_one_line(tmp_path: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(DOUBLES / "torch_without_cuda"), str(REPO / "src")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(DOUBLES / "torch_without_cuda"), str(REPO / "src")]),
+    )
     done = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "kernels", "--results", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 3
     assert done.stderr == (
-        "humming-matrix: error: kernels needs a CUDA GPU: "
-        "torch 0.0.0+double sees no CUDA GPU\n"
+        "humming-matrix: error: kernels needs a CUDA GPU: torch 0.0.0+double sees no CUDA GPU\n"
     )
     assert list(tmp_path.iterdir()) == []
 
 
 def _args(tmp_path: Path, *extra: str) -> list[str]:
-    return ["kernels", "--results", str(tmp_path / "store"), "--cases", "moe-*",
-            "--batch-sizes", "1,2048", "--draws", "2", "--repeats", "5", "--timeout", "20",
-            "--workdir", str(tmp_path / "work"), *extra]
+    return [
+        "kernels",
+        "--results",
+        str(tmp_path / "store"),
+        "--cases",
+        "moe-gate-up-mxfp4-*k4",
+        "moe-gate-up-mxfp4-*k8",
+        "--batch-sizes",
+        "1,2048",
+        "--draws",
+        "2",
+        "--repeats",
+        "5",
+        "--timeout",
+        "20",
+        "--workdir",
+        str(tmp_path / "work"),
+        *extra,
+    ]
 
 
-def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, object],
-         *extra: str) -> int:
+def _run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, object], *extra: str
+) -> int:
     monkeypatch.setenv("KERNEL_WORKER_DOUBLE", json.dumps(policy))
     args = build_parser().parse_args(_args(tmp_path, *extra))
     return handle(args, gpu_check=lambda: None, worker=WORKER)
@@ -54,23 +81,25 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: dict[str, obje
 def test_a_clean_run_exits_0_and_writes_one_kernel_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-gpt-oss-20b": "unsupported"}})
+    code = _run(tmp_path, monkeypatch, {"cases": {QWEN_FP8: "unsupported"}})
     assert code == ExitCode.OK
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())
     assert record["kind"] == "kernels"
-    assert record["settings"] == {"batch_sizes": [1, 2048], "repeats": 5, "draws": 2, "seed": 0,
-                                  "timeout_s": 20.0}
-    assert [c["name"] for c in record["cases"]] == [
-        "moe-mxfp4-bf16-qwen3-30b-a3b", "moe-mxfp4-fp8-qwen3-30b-a3b",
-        "moe-mxfp4-bf16-gpt-oss-20b", "moe-mxfp4-fp8-gpt-oss-20b"]
+    assert record["settings"] == {
+        "batch_sizes": [1, 2048],
+        "repeats": 5,
+        "draws": 2,
+        "seed": 0,
+        "timeout_s": 20.0,
+    }
+    assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
     assert record["environment"]["worker"]["humming_kernels"] == "0.0.0-double"
     assert record["ceilings"] == {"bf16_tflops": 800.0, "copy_gbps": 4300.0}
     # The double's numbers (rel_err 1e-3, 1 ms a batch), one row for its version.
     assert capsys.readouterr().out.splitlines() == [
-        "| humming | moe-mxfp4-bf16-qwen3-30b-a3b | moe-mxfp4-fp8-qwen3-30b-a3b "
-        "| moe-mxfp4-bf16-gpt-oss-20b | moe-mxfp4-fp8-gpt-oss-20b |",
+        f"| humming | {OSS} | {OSS_FP8} | {QWEN} | {QWEN_FP8} |",
         "| --- | --- | --- | --- | --- |",
         "| 0.0.0-double | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | unsupported |",
         f"record: {path}",
@@ -78,7 +107,7 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
 
 
 def test_numerics_out_of_tolerance_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "fail"}})
+    code = _run(tmp_path, monkeypatch, {"cases": {QWEN: "fail"}})
     assert code == ExitCode.FAILED
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     states = [c["state"] for c in json.loads(path.read_text())["cases"]]
@@ -89,8 +118,7 @@ def test_a_hang_is_recorded_and_fails_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The timeout runs from the worker's launch: it must cover a start on a loaded machine.
-    code = _run(tmp_path, monkeypatch, {"cases": {"moe-mxfp4-fp8-qwen3-30b-a3b": "hang"}},
-                "--timeout", "3")
+    code = _run(tmp_path, monkeypatch, {"cases": {OSS_FP8: "hang"}}, "--timeout", "3")
     assert code == ExitCode.FAILED
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     record = json.loads(path.read_text())
@@ -106,14 +134,18 @@ def test_unimportable_humming_is_untestable_125_and_still_recorded(
     assert info.value.exit_code == 125
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     assert str(info.value) == (
-        f"humming cannot be imported here (OSError: undefined symbol: _ZN3c10); see {path}")
+        f"humming cannot be imported here (OSError: undefined symbol: _ZN3c10); see {path}"
+    )
     assert json.loads(path.read_text())["import_error"] == "OSError: undefined symbol: _ZN3c10"
 
 
 def test_bad_usage_is_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "kernels", "--cases", "nope*"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
     )
     assert done.returncode == 2
@@ -134,8 +166,11 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
         deadline = time.monotonic() + 60
         while not hanging.is_set() and time.monotonic() < deadline:
             lines = events.read_text().splitlines() if events.exists() else []
-            if any(json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
-                   for x in lines if x.endswith("}")):
+            if any(
+                json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
+                for x in lines
+                if x.endswith("}")
+            ):
                 break
             hanging.wait(0.02)
         if not hanging.is_set():
@@ -145,9 +180,13 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
     timer.start()
     try:
         with pytest.raises(InfrastructureError) as info:
-            _run(tmp_path, monkeypatch,
-                 {"cases": {"moe-mxfp4-bf16-gpt-oss-20b": "hang"}, "pids": str(pids)},
-                 "--timeout", "120")
+            _run(
+                tmp_path,
+                monkeypatch,
+                {"cases": {QWEN: "hang"}, "pids": str(pids)},
+                "--timeout",
+                "120",
+            )
     finally:
         hanging.set()
         timer.join()

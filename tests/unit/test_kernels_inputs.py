@@ -9,7 +9,6 @@ import pytest
 
 from humming_matrix.errors import UsageError
 from humming_matrix.kernels.cases import (
-    SUITE,
     GemmKind,
     KernelCase,
     WeightScheme,
@@ -30,6 +29,7 @@ from humming_matrix.kernels.inputs import (
     pack_gptq_qweight,
     pack_mxfp4,
 )
+from humming_matrix.kernels.models import SUITE
 
 SMALL_DENSE = KernelCase(
     name="mxfp4-bf16-small",
@@ -137,13 +137,19 @@ def test_moe_align_pads_each_expert_to_the_block_and_covers_every_slot_once() ->
 
 
 def test_select_cases_and_batch_sizes() -> None:
-    names = [c.name for c in select_cases(["moe-*-fp8-*"])]
-    assert names == ["moe-mxfp4-fp8-qwen3-30b-a3b", "moe-mxfp4-fp8-gpt-oss-20b"]
-    assert len(select_cases(None)) == 7
+    names = [c.name for c in select_cases(["moe-gate-up-mxfp4-fp8-*"], SUITE)]
+    assert names == [
+        "moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4",
+        "moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4-wide-scales",
+        "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8",
+        "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales",
+    ]
+    assert len(select_cases(None, SUITE)) == 38
     with pytest.raises(UsageError) as no_case:
-        select_cases(["nothing*"])
+        select_cases(["nothing*"], SUITE)
     assert str(no_case.value) == (
-        "--cases 'nothing*' matches no case; cases: " + ", ".join(c.name for c in SUITE))
+        "--cases 'nothing*' matches no case; cases: " + ", ".join(c.name for c in SUITE)
+    )
     assert parse_batch_sizes(["1,2048", "64", "1"]) == (1, 64, 2048)
     with pytest.raises(UsageError, match=r"^--batch-sizes: '0' is not a positive integer$"):
         parse_batch_sizes(["0"])
@@ -151,8 +157,8 @@ def test_select_cases_and_batch_sizes() -> None:
 
 def test_suite_shapes_are_the_models() -> None:
     by_name = {c.name: c for c in SUITE}
-    qwen = by_name["moe-mxfp4-bf16-qwen3-30b-a3b"]
+    qwen = by_name["moe-gate-up-mxfp4-bf16-1536x2048-e128k8"]
     assert (qwen.shape_k, qwen.shape_n, qwen.num_experts, qwen.top_k) == (2048, 1536, 128, 8)
-    oss = by_name["moe-mxfp4-fp8-gpt-oss-20b"]
+    oss = by_name["moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4"]
     assert (oss.shape_k, oss.shape_n, oss.num_experts, oss.top_k) == (2880, 5760, 32, 4)
     assert KernelCase.from_json(oss.to_json()) == oss

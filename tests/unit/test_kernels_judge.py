@@ -27,8 +27,13 @@ from humming_matrix.kernels.record import (
 from humming_matrix.kernels.watchdog import SuiteRun
 
 
-def _batch(m: int = 64, rel: tuple[float | str, ...] = (2e-3, 2.2e-3, 1.8e-3), time_ms: float = 1.0,
-           mad_ms: float = 0.01, **extra: Any) -> dict[str, Any]:
+def _batch(
+    m: int = 64,
+    rel: tuple[float | str, ...] = (2e-3, 2.2e-3, 1.8e-3),
+    time_ms: float = 1.0,
+    mad_ms: float = 0.01,
+    **extra: Any,
+) -> dict[str, Any]:
     return {
         "m": m,
         "rel_err": list(rel),
@@ -46,8 +51,9 @@ def _record(version: str, cases: dict[str, Any], run_id: str = "r") -> dict[str,
     results = []
     for name, value in cases.items():
         if isinstance(value, str):
-            results.append({"case": {"name": name}, "state": value, "reason": f"{value} reason",
-                            "batches": []})
+            results.append(
+                {"case": {"name": name}, "state": value, "reason": f"{value} reason", "batches": []}
+            )
         else:
             results.append({"case": {"name": name}, "batches": value})
     run = SuiteRun(results=tuple(results), env={"humming_kernels": version})
@@ -92,7 +98,7 @@ def test_an_error_increase_beyond_spread_and_floor_is_a_regression() -> None:
     cand = _record("0.1.6", {"a": [_batch(rel=(6e-3, 6.2e-3, 5.8e-3))]})
     cmp = compare_kernel_records([base], [cand])
     (v,) = cmp.verdicts
-    assert v.verdict is Verdict.REGRESSED
+    assert v.verdict is Verdict.WORSE
     assert v.delta_rel_err == pytest.approx(4e-3)
     # noise: 3 x sqrt(sem_b^2 + sem_c^2) with sd 2e-4 per side of 3 draws -> 4.9e-4 < floor
     assert v.noise_rel_err == pytest.approx(1.6e-3)
@@ -119,7 +125,7 @@ def test_a_worse_worst_channel_within_tolerance_is_changed_not_a_regression() ->
     assert cmp.exit_code == 0
     beyond = _record("0.1.7", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]})  # > 64 x floor
     (w,) = compare_kernel_records([base], [beyond]).verdicts
-    assert w.verdict is Verdict.REGRESSED
+    assert w.verdict is Verdict.WORSE
     assert w.note == "out of tolerance; the baseline was within it"
 
 
@@ -149,15 +155,17 @@ def test_a_whole_case_broken_on_both_sides_is_still_broken_and_fixed_is_fine() -
     cmp = compare_kernel_records([base], [cand])
     assert {v.verdict for v in cmp.verdicts} == {Verdict.STILL_BROKEN}
     assert cmp.exit_code == 0
-    fixed = compare_kernel_records([_record("0.1.5", {"a": [{"m": 64, "error": "x"}]})],
-                                   [_record("0.1.6", {"a": [_batch()]})])
+    fixed = compare_kernel_records(
+        [_record("0.1.5", {"a": [{"m": 64, "error": "x"}]})], [_record("0.1.6", {"a": [_batch()]})]
+    )
     assert fixed.verdicts[0].verdict is Verdict.FIXED
     assert fixed.exit_code == 0
 
 
 def test_nan_output_is_newly_broken() -> None:
-    cmp = compare_kernel_records([_record("0.1.5", {"a": [_batch()]})],
-                                 [_record("0.1.6", {"a": [_batch(nan=5)]})])
+    cmp = compare_kernel_records(
+        [_record("0.1.5", {"a": [_batch()]})], [_record("0.1.6", {"a": [_batch(nan=5)]})]
+    )
     assert cmp.verdicts[0].verdict is Verdict.NEWLY_BROKEN
     assert cmp.verdicts[0].candidate is not None
     assert cmp.verdicts[0].candidate.state is CaseState.NONFINITE
@@ -175,7 +183,7 @@ def test_time_ratio_outside_the_measured_spread_is_slower() -> None:
     # ... and only when the between-run spread was measured (several runs a side)
     assert not v.time_runs_measured
     assert compare_kernel_records([base], [slower], fail_on_slowdown=True).exit_code == 0
-    assert "(1.200x, one run a side)" in cmp.to_markdown()
+    assert "(1.200x the time, one run a side)" in cmp.to_markdown()
     bases = [base, _record("0.1.5", {"a": [_batch(time_ms=1.01, mad_ms=0.01)]}, run_id="b2")]
     slowers = [slower, _record("0.1.6", {"a": [_batch(time_ms=1.21, mad_ms=0.01)]}, run_id="c2")]
     gated = compare_kernel_records(bases, slowers, fail_on_slowdown=True)
@@ -186,8 +194,10 @@ def test_time_ratio_outside_the_measured_spread_is_slower() -> None:
 
 
 def test_runs_pooled_per_side_widen_the_time_noise_by_their_spread() -> None:
-    base = [_record("0.1.5", {"a": [_batch(time_ms=t, mad_ms=0.001)]}, run_id=f"b{t}")
-            for t in (1.0, 1.1)]
+    base = [
+        _record("0.1.5", {"a": [_batch(time_ms=t, mad_ms=0.001)]}, run_id=f"b{t}")
+        for t in (1.0, 1.1)
+    ]
     cand = [_record("0.1.6", {"a": [_batch(time_ms=1.12, mad_ms=0.001)]})]
     (v,) = compare_kernel_records(base, cand).verdicts
     # two baseline runs 10 % apart: a 7 % difference to their median is noise
@@ -210,7 +220,7 @@ def test_compare_reads_record_files_and_writes_json(tmp_path: Path) -> None:
     data = json.loads(json.dumps(cmp.to_json()))
     assert data["regression"] is True
     assert data["exit_code"] == 1
-    assert data["verdicts"][0]["verdict"] == "regressed"
+    assert data["verdicts"][0]["verdict"] == "worse"
     assert data["verdicts"][0]["candidate"]["state"] == "fail"
 
 
@@ -220,9 +230,17 @@ def test_a_gsm8k_record_is_refused_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match=r"gsm8k\.json: kind: expected 'kernels', got 'gsm8k'"):
         compare_kernel_records([path], [path])
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"schema_version": 1, "kind": "kernels", "run_id": "x",
-                               "environment": {}, "cases": [{"name": "a", "state": "weird",
-                                                             "batches": []}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "kind": "kernels",
+                "run_id": "x",
+                "environment": {},
+                "cases": [{"name": "a", "state": "weird", "batches": []}],
+            }
+        )
+    )
     with pytest.raises(RecordError, match=r"bad\.json: cases\[0\]\.state: unknown state 'weird'"):
         load_kernel_record(bad)
 
@@ -236,7 +254,7 @@ def test_an_erratic_out_of_tolerance_candidate_cannot_hide_behind_its_spread() -
     assert v.noise_rel_err is not None
     assert v.delta_rel_err is not None
     assert v.noise_rel_err > v.delta_rel_err
-    assert v.verdict is Verdict.REGRESSED
+    assert v.verdict is Verdict.WORSE
     assert v.note == "out of tolerance; the baseline was within it"
 
 
@@ -245,3 +263,51 @@ def test_an_error_turning_into_out_of_tolerance_numbers_is_still_broken_not_fixe
     cand = _record("0.1.12", {"a": [_batch(rel=(1.0, 1.0))]})
     (v,) = compare_kernel_records([base], [cand]).verdicts
     assert v.verdict is Verdict.STILL_BROKEN
+
+
+def test_different_output_bytes_on_the_same_inputs_are_changed_with_size_and_direction() -> None:
+    base = _record("0.1.5", {"a": [_batch(sha256="out-1", deterministic=[True] * 3)]})
+    same = _record("0.1.6", {"a": [_batch(sha256="out-1", deterministic=[True] * 3)]})
+    moved = _record(
+        "0.1.7",
+        {"a": [_batch(rel=(2.1e-3, 2.3e-3, 1.9e-3), sha256="out-2", deterministic=[True] * 3)]},
+    )
+    (v,) = compare_kernel_records([base], [same]).verdicts
+    assert v.verdict is Verdict.SAME
+    cmp = compare_kernel_records([base], [moved])
+    (w,) = cmp.verdicts
+    assert w.verdict is Verdict.CHANGED
+    assert w.note == (
+        "output bytes differ: rel. error +0.0001 (away from the reference), worst channel +0"
+    )
+    assert cmp.exit_code == 0  # changed is shown, never failing
+
+
+def test_output_bytes_say_nothing_when_a_side_is_not_bit_identical_on_relaunch() -> None:
+    base = _record("0.1.5", {"a": [_batch(sha256="out-1", deterministic=[True, False, True])]})
+    cand = _record("0.1.6", {"a": [_batch(sha256="out-2", deterministic=[True, False, True])]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    # Nondeterministic on both sides (each a failure of its own): judged by the errors alone,
+    # not `changed` for bytes that differ between launches anyway.
+    assert v.verdict is Verdict.SAME
+
+
+def test_within_tolerance_after_out_of_it_is_fixed_and_a_nondeterministic_candidate_worse() -> None:
+    failing = _record("0.1.5", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]})
+    good = _record("0.1.6", {"a": [_batch()]})
+    (v,) = compare_kernel_records([failing], [good]).verdicts
+    assert (v.verdict, v.note) == (Verdict.FIXED, "fail before, within tolerance now")
+    flaky = _record("0.1.7", {"a": [_batch(deterministic=[True, False, True])]})
+    cmp = compare_kernel_records([good], [flaky])
+    (w,) = cmp.verdicts
+    assert (w.verdict, w.note) == (Verdict.WORSE, "nondeterministic; the baseline was not")
+    assert cmp.exit_code == 1
+
+
+def test_a_changed_kernel_config_is_named() -> None:
+    base = _record("0.1.5", {"a": [_batch(kernel_config={"block_shape": "[64, 128, 64]"})]})
+    cand = _record("0.1.6", {"a": [_batch(kernel_config={"block_shape": "[128, 128, 64]"})]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.note == (
+        'kernel config {"block_shape": "[64, 128, 64]"} -> {"block_shape": "[128, 128, 64]"}'
+    )

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from humming_matrix.kernels.cases import SUITE, GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import Mxfp4Weights, digest, make_weights
-from humming_matrix.kernels.probe import Events, _work, describe, load_weights
+from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.runner import Events, _work, describe, load_weights
 
 SMALL_MOE = KernelCase(
     name="moe-mxfp4-bf16-small",
@@ -66,11 +67,11 @@ def test_work_counts_flops_and_the_fewest_bytes() -> None:
     assert flop == 2 * 4 * 256 * 128
     per_expert = 256 * 128 // 2 + 256 * 128 // 32
     assert moved == 3 * per_expert + 2 * 128 * 2 + 4 * 256 * 2
-    gptq = next(c for c in SUITE if c.scheme is WeightScheme.GPTQ_INT4_G128)
+    gptq = next(c for c in SUITE if c.name == "qkv-gptq-int4-g128-bf16-5120x2048")
     flop, moved = _work(gptq, 64, None)
-    assert flop == 2 * 64 * 24576 * 4096
-    weights = 24576 * 4096 // 2 + 24576 * (4096 // 128) * 2
-    assert moved == weights + 64 * 4096 * 2 + 64 * 24576 * 2
+    assert flop == 2 * 64 * 5120 * 2048
+    weights = 5120 * 2048 // 2 + 5120 * (2048 // 128) * 2
+    assert moved == weights + 64 * 2048 * 2 + 64 * 5120 * 2
 
 
 def test_events_are_one_json_object_a_line() -> None:

@@ -131,5 +131,6 @@ def test_dense_reference_matches_float64_product() -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((4, 16)).astype(np.float32)
     w = rng.standard_normal((3, 16)).astype(np.float32)
-    np.testing.assert_allclose(reference_dense(x, w), x.astype(np.float64) @ w.T.astype(np.float64),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        reference_dense(x, w), x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-6
+    )

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from humming_matrix.kernels.cases import SUITE
+from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.watchdog import Watchdog
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kernel_worker_double.py"
@@ -21,8 +21,14 @@ NAMES = [c["name"] for c in CASES]
 
 
 def _plan() -> dict[str, Any]:
-    return {"cases": CASES, "batch_sizes": [1, 2048], "draws": 2, "repeats": 5, "seed": 0,
-            "ceilings": True}
+    return {
+        "cases": CASES,
+        "batch_sizes": [1, 2048],
+        "draws": 2,
+        "repeats": 5,
+        "seed": 0,
+        "ceilings": True,
+    }
 
 
 def _alive(pid: int) -> bool:
@@ -100,7 +106,8 @@ def test_after_a_case_that_raised_a_fresh_worker_takes_the_next(
     run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
     assert run.launches == 2
     assert [b["error"] for b in run.results[2]["batches"]] == [
-        "RuntimeError: CUDA error: an illegal memory access"] * 2
+        "RuntimeError: CUDA error: an illegal memory access"
+    ] * 2
     assert run.results[3]["batches"][0]["rel_err"] == [1e-3, 1e-3]
 
 

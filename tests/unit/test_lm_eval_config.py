@@ -72,17 +72,31 @@ def test_a_copied_vllm_config_loads_with_vllm_defaults(tmp_path: Path) -> None:
     assert (config.limit, config.num_fewshot, config.rtol) == (1000, 5, 0.08)
     spec = config.server_spec()
     assert spec.model == config.model_name
-    assert spec.args == ("--tensor-parallel-size", "1", "--max-model-len", "4096",
-                         "--enforce-eager")
+    assert spec.args == (
+        "--tensor-parallel-size",
+        "1",
+        "--max-model-len",
+        "4096",
+        "--enforce-eager",
+    )
     assert dict(spec.env) == {}
 
 
 def test_engine_settings_become_serve_flags_and_env_vars_go_to_the_server(tmp_path: Path) -> None:
     config = load_lm_eval_config(write(tmp_path, ENGINE_KNOBS))
     spec = config.server_spec(tp_size=4)
-    assert spec.args == ("--tensor-parallel-size", "4", "--max-model-len", "8192",
-                         "--kv-cache-dtype", "fp8", "--moe-backend", "aiter",
-                         "--tokenizer-mode", "deepseek_v4")
+    assert spec.args == (
+        "--tensor-parallel-size",
+        "4",
+        "--max-model-len",
+        "8192",
+        "--kv-cache-dtype",
+        "fp8",
+        "--moe-backend",
+        "aiter",
+        "--tokenizer-mode",
+        "deepseek_v4",
+    )
     assert dict(spec.env) == {"VLLM_ROCM_USE_AITER": "1", "SOME_NUMBER": "3"}
     assert config.rtol == 0.05
     assert config.fields["required_gpu_arch"] == ["gfx950"]
@@ -98,10 +112,17 @@ def test_own_server_args_are_appended_after_the_translated_flags(tmp_path: Path)
 def test_a_chat_template_config_asks_the_chat_endpoint(tmp_path: Path) -> None:
     plain = load_lm_eval_config(write(tmp_path, LLAMA_FP8, "plain.yaml"))
     assert (plain.lm_eval_model, plain.endpoint_path) == ("local-completions", "/v1/completions")
-    chat = load_lm_eval_config(write(tmp_path, LLAMA_FP8 + "apply_chat_template: true\n"
-                                     "fewshot_as_multiturn: true\n", "chat.yaml"))
-    assert (chat.lm_eval_model, chat.endpoint_path) == ("local-chat-completions",
-                                                        "/v1/chat/completions")
+    chat = load_lm_eval_config(
+        write(
+            tmp_path,
+            LLAMA_FP8 + "apply_chat_template: true\nfewshot_as_multiturn: true\n",
+            "chat.yaml",
+        )
+    )
+    assert (chat.lm_eval_model, chat.endpoint_path) == (
+        "local-chat-completions",
+        "/v1/chat/completions",
+    )
     assert chat.fewshot_as_multiturn
 
 
@@ -117,33 +138,57 @@ def test_a_bare_metric_name_is_its_none_filter(tmp_path: Path) -> None:
     [
         (lambda t: t + "tp_size: 2\n", "tp_size", "unknown key"),
         (lambda t: t.replace("limit: 1000\n", ""), "limit", "missing required key"),
-        (lambda t: t.replace("    value: 0.755\n  - name: \"exact_match,flex",
-                             "    value: high\n  - name: \"exact_match,flex"),
-         "tasks[0].metrics[0].value", "expected number, got str 'high'"),
-        (lambda t: t.replace("    value: 0.755\nlimit", "    value: 0.755\n    rtol: 0.1\nlimit"),
-         "tasks[0].metrics[1].rtol", "unknown key"),
-        (lambda t: t.replace('- name: "gsm8k"', '- nam: "gsm8k"'), "tasks[0].nam",
-         "unknown key"),
-        (lambda t: t + "backend: vllm-vlm\n", "backend",
-         "'vllm-vlm' is not supported: this suite asks a text completions server (lm-eval "
-         "local-completions), as backend 'vllm' does in-process"),
-        (lambda t: t + "apply_chat_template: yes please\n", "apply_chat_template",
-         "expected boolean, got str 'yes please'"),
+        (
+            lambda t: t.replace(
+                '    value: 0.755\n  - name: "exact_match,flex',
+                '    value: high\n  - name: "exact_match,flex',
+            ),
+            "tasks[0].metrics[0].value",
+            "expected number, got str 'high'",
+        ),
+        (
+            lambda t: t.replace(
+                "    value: 0.755\nlimit", "    value: 0.755\n    rtol: 0.1\nlimit"
+            ),
+            "tasks[0].metrics[1].rtol",
+            "unknown key",
+        ),
+        (lambda t: t.replace('- name: "gsm8k"', '- nam: "gsm8k"'), "tasks[0].nam", "unknown key"),
+        (
+            lambda t: t + "backend: vllm-vlm\n",
+            "backend",
+            "'vllm-vlm' is not supported: this suite asks a text completions server (lm-eval "
+            "local-completions), as backend 'vllm' does in-process",
+        ),
+        (
+            lambda t: t + "apply_chat_template: yes please\n",
+            "apply_chat_template",
+            "expected boolean, got str 'yes please'",
+        ),
         (lambda t: t + "rtol: 1.5\n", "rtol", "must be at least 0 and below 1"),
         (lambda t: t + "enforce_eager: 1\n", "enforce_eager", "expected boolean, got int 1"),
-        (lambda t: t + "num_concurrent: true\n", "num_concurrent",
-         "expected int, got bool True"),
-        (lambda t: t + 'server_args: "--port 9"\n', "server_args",
-         "--port is set by the launcher; remove it"),
-        (lambda t: t.replace("limit: 1000", "limit: 0"), "limit",
-         "must be a positive count, or a fraction up to 1.0"),
+        (lambda t: t + "num_concurrent: true\n", "num_concurrent", "expected int, got bool True"),
+        (
+            lambda t: t + 'server_args: "--port 9"\n',
+            "server_args",
+            "--port is set by the launcher; remove it",
+        ),
+        (
+            lambda t: t.replace("limit: 1000", "limit: 0"),
+            "limit",
+            "must be a positive count, or a fraction up to 1.0",
+        ),
         (lambda t: t + "env_vars:\n  X: [1]\n", "env_vars.X", "expected a string, got list"),
-        (lambda t: t.replace("num_fewshot: 5", "num_fewshot: -1"), "num_fewshot",
-         "must not be negative"),
+        (
+            lambda t: t.replace("num_fewshot: 5", "num_fewshot: -1"),
+            "num_fewshot",
+            "must not be negative",
+        ),
     ],
 )
-def test_mistakes_name_the_file_and_the_key(tmp_path: Path, edit: object, where: str,
-                                            detail: str) -> None:
+def test_mistakes_name_the_file_and_the_key(
+    tmp_path: Path, edit: object, where: str, detail: str
+) -> None:
     assert callable(edit)
     path = write(tmp_path, edit(LLAMA_FP8))
     with pytest.raises(ConfigError) as raised:
@@ -160,7 +205,8 @@ def test_limit_may_be_null_as_vllm_allows(tmp_path: Path) -> None:
 
 
 def test_a_list_names_configs_relative_to_itself_and_a_missing_entry_is_an_error(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     folder = tmp_path / "configs"
     folder.mkdir()
     write(folder, LLAMA_FP8, "a.yaml")

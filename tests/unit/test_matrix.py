@@ -8,7 +8,7 @@ import pytest
 from packaging.version import Version
 
 from humming_matrix.errors import ExitCode, MatrixError, UsageError
-from humming_matrix.matrix import (
+from humming_matrix.matrix.cells import (
     CHECKOUT_CONFIG_LIST,
     CHECKOUT_MATRIX,
     NoCheckoutError,
@@ -19,7 +19,7 @@ from humming_matrix.matrix import (
     matrix_path,
     sessions_requested,
 )
-from humming_matrix.requirements_file import parse_requirements
+from humming_matrix.matrix.requirements_file import parse_requirements
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / CHECKOUT_MATRIX

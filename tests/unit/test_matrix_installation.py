@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix import installation
 from humming_matrix.errors import ExitCode, RecordError, UntestableError
-from humming_matrix.installation import Outcome, Stage
-from humming_matrix.matrix import Cell, load_matrix
+from humming_matrix.matrix import installation
+from humming_matrix.matrix.cells import Cell, load_matrix
+from humming_matrix.matrix.installation import Outcome, Stage
 
 MATRIX = """
 [recipe.full]

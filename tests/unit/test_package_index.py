@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from humming_matrix.errors import InfrastructureError, InputError
-from humming_matrix.package_index import (
+from humming_matrix.matrix.package_index import (
     CachedIndex,
     FindLinksDirectory,
     Release,
@@ -58,10 +58,14 @@ class IndexDouble(BaseHTTPRequestHandler):
             self._send(404, "text/plain", b"no")
             return
         if "vnd.pypi.simple.v1+json" in self.headers.get("Accept", "") and not self.html_only:
-            body = {"meta": {"api-version": "1.1"}, "name": "humming-kernels", "files": [
-                {"filename": n, "url": f"../../f/{n}", "hashes": {}, "yanked": y}
-                for n, y in files
-            ]}
+            body = {
+                "meta": {"api-version": "1.1"},
+                "name": "humming-kernels",
+                "files": [
+                    {"filename": n, "url": f"../../f/{n}", "hashes": {}, "yanked": y}
+                    for n, y in files
+                ],
+            }
             self._send(200, "application/vnd.pypi.simple.v1+json", json.dumps(body).encode())
             return
         anchors = "".join(
@@ -138,15 +142,22 @@ def test_unknown_project(index_url: str) -> None:
 
 def test_unreachable_index() -> None:
     index = SimpleIndex("http://127.0.0.1:9/simple", timeout=2, sleep=lambda s: None)
-    with pytest.raises(InfrastructureError, match=r"humming-kernels/: no answer after 3 tries "
-                       r"\(ConnectionRefusedError: \[Errno 111\] Connection refused\)$"):
+    with pytest.raises(
+        InfrastructureError,
+        match=r"humming-kernels/: no answer after 3 tries "
+        r"\(ConnectionRefusedError: \[Errno 111\] Connection refused\)$",
+    ):
         index.releases("humming-kernels")
 
 
 def test_released_versions_drop_yanked_and_prereleases() -> None:
     assert released_versions(EXPECTED) == ("0.1.9", "0.1.10", "0.1.12", "0.1.14")
     assert released_versions(EXPECTED, prereleases=True) == (
-        "0.1.9", "0.1.10", "0.1.12", "0.1.13rc1", "0.1.14",
+        "0.1.9",
+        "0.1.10",
+        "0.1.12",
+        "0.1.13rc1",
+        "0.1.14",
     )
 
 
@@ -178,7 +189,8 @@ def test_cache_answers_until_it_expires(tmp_path: Path) -> None:
     assert cached.releases("humming-kernels") == (Release("0.1.2", False),)
     now[0] += 2
     assert cached.releases("humming-kernels") == (
-        Release("0.1.2", False), Release("0.1.3", False),
+        Release("0.1.2", False),
+        Release("0.1.3", False),
     )
     assert json.loads(cached.cache_file("humming-kernels").read_text())["fetched"] == 1061.0
 

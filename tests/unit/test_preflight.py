@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.config import load_config
-from humming_matrix.preflight import CheckStatus, PreflightReport, run_preflight
+from humming_matrix.matrix.preflight import CheckStatus, PreflightReport, run_preflight
+from humming_matrix.suite.config import load_config
 from tests.doubles import vllm_package_double
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,9 +125,21 @@ def test_the_preflight_command_prints_each_check_and_exits_125(tmp_path: Path) -
     config = REPO / "configs" / "gsm8k" / "humming" / "gpt-oss-20b-humming.yaml"
     out = tmp_path / "preflight.json"
     done = subprocess.run(
-        [sys.executable, "-m", "humming_matrix", "preflight", "--config", str(config),
-         "--without-vllm", "--json", str(out)],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "preflight",
+            "--config",
+            str(config),
+            "--without-vllm",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert (done.returncode, done.stderr) == (125, "")
     assert done.stdout.splitlines() == [
@@ -147,10 +159,18 @@ def test_the_preflight_command_prints_each_check_and_exits_125(tmp_path: Path) -
         ("humming_env", "gpt-oss-20b-humming", "skipped"),
     ]
 
-    usage = subprocess.run([sys.executable, "-m", "humming_matrix", "preflight"],
-                           capture_output=True, text=True, timeout=120, check=False)
+    usage = subprocess.run(
+        [sys.executable, "-m", "humming_matrix", "preflight"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert (usage.returncode, usage.stdout, usage.stderr) == (
-        2, "", "humming-matrix: error: preflight needs --config FILE or --config-list FILE\n")
+        2,
+        "",
+        "humming-matrix: error: preflight needs --config FILE or --config-list FILE\n",
+    )
 
 
 # --- vLLM's own layouts and builds: the probe against the vLLM doubles of

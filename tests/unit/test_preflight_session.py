@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
+from humming_matrix.ci.slots import SlotPool
 from humming_matrix.cli import build_parser
 from humming_matrix.cli.session import PREFLIGHT_ONLY_ENV, Seams, execute
-from humming_matrix.config import EvalConfig
 from humming_matrix.errors import ConfigError, ExitCode, NoGPUError, UntestableError
-from humming_matrix.preflight import Check, CheckStatus, PreflightReport
-from humming_matrix.slots import SlotPool
+from humming_matrix.matrix.preflight import Check, CheckStatus, PreflightReport
+from humming_matrix.suite.config import EvalConfig
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "gsm8k" / "humming" / "Qwen3-30B-A3B-MXFP4A16-humming-act-fp8.yaml"
@@ -215,9 +215,23 @@ def test_a_session_option_after_the_name_is_refused_not_passed_to_run(tmp_path: 
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(MATRIX)
     done = subprocess.run(
-        [sys.executable, "-m", "humming_matrix", "session", "--matrix", str(matrix),
-         "humming-0.1.19", "--record", str(record), "--", "--config", str(CONFIG)],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "humming_matrix",
+            "session",
+            "--matrix",
+            str(matrix),
+            "humming-0.1.19",
+            "--record",
+            str(record),
+            "--",
+            "--config",
+            str(CONFIG),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (

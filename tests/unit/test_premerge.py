@@ -7,15 +7,14 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from humming_matrix.bisection import Verdict
+from humming_matrix.bisect.premerge import cells_for, diff_pins, humming_version, run_gate
+from humming_matrix.bisect.search import Verdict
+from humming_matrix.bisect.version_runner import ProbeResult, ProbeStatus
 from humming_matrix.errors import InfrastructureError, RequirementsError
-from humming_matrix.evaluate import NOT_STARTED
-from humming_matrix.matrix import Cell, Matrix, load_matrix
-from humming_matrix.paired_judge import Judgement, PairedJudge
-from humming_matrix.premerge import cells_for, diff_pins, humming_version, run_gate
-from humming_matrix.probe import ProbeResult, ProbeStatus
-from humming_matrix.requirements_file import Pin, parse_requirements
-from humming_matrix.results import (
+from humming_matrix.judge.paired_judge import Judgement, PairedJudge
+from humming_matrix.matrix.cells import Cell, Matrix, load_matrix
+from humming_matrix.matrix.requirements_file import Pin, parse_requirements
+from humming_matrix.store.results import (
     ConfigInfo,
     Gsm8kRecord,
     Metrics,
@@ -24,8 +23,8 @@ from humming_matrix.results import (
     utc_now_iso,
     write_record,
 )
-from humming_matrix.server import StartupReport
-from humming_matrix.server_log import StartupPhase
+from humming_matrix.suite.evaluate import NOT_STARTED
+from humming_matrix.suite.server_log import StartupPhase, StartupReport
 
 MATRIX = """\
 [matrix]
@@ -80,9 +79,8 @@ def test_diff_reports_guarded_changes_only() -> None:
     [
         ("humming-kernels==0.1.19\n", "# moved\n\nhumming-kernels == 0.1.19  # same\n", []),
         ("humming-kernels==0.1.19\n", "Humming_Kernels==0.1.19\n", []),
-        ("humming-kernels[cu12]==0.1.19\n", "humming-kernels[cu13]==0.1.19\n",
-         ["humming-kernels"]),
-        ('torch==2.14.0\n', 'torch==2.14.0; platform_machine == "x86_64"\n', ["torch"]),
+        ("humming-kernels[cu12]==0.1.19\n", "humming-kernels[cu13]==0.1.19\n", ["humming-kernels"]),
+        ("torch==2.14.0\n", 'torch==2.14.0; platform_machine == "x86_64"\n', ["torch"]),
         ("vllm==0.33.0\n", "", ["vllm"]),
         ("", "torch==2.14.0\n", ["torch"]),
     ],
@@ -105,7 +103,8 @@ def test_cells_for_honours_the_variant(matrix: Matrix) -> None:
     new = pins("humming-kernels==0.1.19\n")
     cells = cells_for(matrix, old, new, "cu128", "cuda.txt")
     assert (cells.old.session, cells.new.session) == (
-        "humming-0.1.17-cu128", "humming-0.1.19-cu128",
+        "humming-0.1.17-cu128",
+        "humming-0.1.19-cu128",
     )
 
 
@@ -127,7 +126,8 @@ def test_same_cell_on_both_sides_cannot_be_tested(matrix: Matrix) -> None:
         cells_for(matrix, old, old, None, "cuda.txt")
     assert str(caught.value) == (
         "the change maps old and new to the same matrix cell humming-0.1.19: the matrix varies "
-        "humming-kernels only, so this change cannot be tested by it")
+        "humming-kernels only, so this change cannot be tested by it"
+    )
 
 
 def test_humming_pin_must_be_exact() -> None:
@@ -140,8 +140,10 @@ def test_humming_pin_must_be_exact() -> None:
 
 
 def test_missing_humming_pin_is_not_a_pass() -> None:
-    with pytest.raises(InfrastructureError, match=(
-            r"^cuda\.txt at the merge base: no humming-kernels pin, nothing to compare with$")):
+    with pytest.raises(
+        InfrastructureError,
+        match=(r"^cuda\.txt at the merge base: no humming-kernels pin, nothing to compare with$"),
+    ):
         humming_version(pins("torch==2.14.0\n"), "cuda.txt at the merge base")
 
 
@@ -156,24 +158,44 @@ class ProberDouble:
     def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]:
         old, new = cells
         config = ConfigInfo("cfg", "/c/cfg.yaml", "ab" * 32, {})
-        started = write_record(self.store, Gsm8kRecord(
-            new_run_id(), utc_now_iso(), True, config, {"humming_kernels": str(old.humming)},
-            Metrics(1.0, 0.0, 0, 2, 0.5, 0.08, True, 1.0),
-            (QuestionOutcome(0, True, 1, 1), QuestionOutcome(1, True, 2, 2)),
-        ))
+        started = write_record(
+            self.store,
+            Gsm8kRecord(
+                new_run_id(),
+                utc_now_iso(),
+                True,
+                config,
+                {"humming_kernels": str(old.humming)},
+                Metrics(1.0, 0.0, 0, 2, 0.5, 0.08, True, 1.0),
+                (QuestionOutcome(0, True, 1, 1), QuestionOutcome(1, True, 2, 2)),
+            ),
+        )
         report = StartupReport(False, self.phase, 90.0, "vllm serve not ready after 90 s")
-        failed = write_record(self.store, Gsm8kRecord(
-            "20261203T000000Z-h-abcdef", utc_now_iso(), False, config,
-            {"humming_kernels": str(new.humming)},
-            Metrics(0.0, 0.0, 2, 2, 0.5, 0.08, False, 0.0),
-            (QuestionOutcome(0, False, None, 1, NOT_STARTED),
-             QuestionOutcome(1, False, None, 2, NOT_STARTED)),
-            startup=report.to_json(),
-        ))
+        failed = write_record(
+            self.store,
+            Gsm8kRecord(
+                "20261203T000000Z-h-abcdef",
+                utc_now_iso(),
+                False,
+                config,
+                {"humming_kernels": str(new.humming)},
+                Metrics(0.0, 0.0, 2, 2, 0.5, 0.08, False, 0.0),
+                (
+                    QuestionOutcome(0, False, None, 1, NOT_STARTED),
+                    QuestionOutcome(1, False, None, 2, NOT_STARTED),
+                ),
+                startup=report.to_json(),
+            ),
+        )
         return [
             ProbeResult(str(old.humming), old.session, ProbeStatus.RAN, {"cfg": started}),
-            ProbeResult(str(new.humming), new.session, ProbeStatus.START_FAILED, {"cfg": failed},
-                        "the server of config cfg never became ready: ..."),
+            ProbeResult(
+                str(new.humming),
+                new.session,
+                ProbeStatus.START_FAILED,
+                {"cfg": failed},
+                "the server of config cfg never became ready: ...",
+            ),
         ]
 
 
@@ -209,3 +231,69 @@ def test_a_new_pin_that_dies_before_loading_weights_is_infrastructure(
         "the new pin humming-kernels==0.1.5 could not be tested: the server of config cfg never "
         "became ready: ..."
     )
+
+
+class CrashingProberDouble:
+    """TEST DOUBLE of the prober: the old pin's probe ran; the new pin's server served one
+    answer and died with a CUDA error, leaving the partial record `run` writes."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+
+    def probe_many(self, cells: Sequence[Cell]) -> list[ProbeResult]:
+        old, new = cells
+        config = ConfigInfo("cfg", "/c/cfg.yaml", "ab" * 32, {})
+        started = write_record(
+            self.store,
+            Gsm8kRecord(
+                new_run_id(),
+                utc_now_iso(),
+                True,
+                config,
+                {"humming_kernels": str(old.humming)},
+                Metrics(1.0, 0.0, 0, 2, 0.5, 0.08, True, 1.0),
+                (QuestionOutcome(0, True, 1, 1), QuestionOutcome(1, True, 2, 2)),
+            ),
+        )
+        crashed = write_record(
+            self.store,
+            Gsm8kRecord(
+                new_run_id(),
+                utc_now_iso(),
+                False,
+                config,
+                {"humming_kernels": str(new.humming)},
+                Metrics(0.5, 0.0, 1, 2, 0.5, 0.08, False, 1.0),
+                (
+                    QuestionOutcome(0, True, 1, 1),
+                    QuestionOutcome(1, False, None, 2, "not asked: the run stopped first"),
+                ),
+                server={"crash": {"cuda_error": True, "reason": "AcceleratorError: CUDA error"}},
+            ),
+        )
+        return [
+            ProbeResult(str(old.humming), old.session, ProbeStatus.RAN, {"cfg": started}),
+            ProbeResult(
+                str(new.humming),
+                new.session,
+                ProbeStatus.CRASHED,
+                {"cfg": crashed},
+                "the server of config cfg crashed while serving with a CUDA error: "
+                "AcceleratorError: CUDA error",
+            ),
+        ]
+
+
+def test_a_new_pin_whose_server_crashes_in_cuda_is_a_regression(
+    matrix: Matrix, tmp_path: Path
+) -> None:
+    old = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.6\n")
+    new = pins("vllm==0.24.0\ntorch==2.11.0\nhumming-kernels==0.1.5\n")
+    cells = cells_for(matrix, old, new, None, "cuda.txt")
+    _, new_probe, judgement = run_gate(cells, CrashingProberDouble(tmp_path), PairedJudge())
+    assert judgement.verdict is Verdict.BAD
+    assert judgement.summary == (
+        "the server of config cfg crashed while serving with a CUDA "
+        "error: AcceleratorError: CUDA error"
+    )
+    assert judgement.evidence == {"cfg": {"record": str(new_probe.records["cfg"])}}

@@ -7,7 +7,7 @@ from pathlib import PurePosixPath
 import pytest
 
 from humming_matrix.errors import RequirementsError
-from humming_matrix.requirements_file import Pin, Reader, parse_requirements
+from humming_matrix.matrix.requirements_file import Pin, Reader, parse_requirements
 
 CUDA = """\
 # Common dependencies
@@ -81,8 +81,10 @@ def test_pin_key_tells_extras_and_markers_apart() -> None:
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        ({"r.txt": "torch==2.14.0\nnot a requirement!!\n"},
-         r"^r\.txt: line 2: not a requirement: "),
+        (
+            {"r.txt": "torch==2.14.0\nnot a requirement!!\n"},
+            r"^r\.txt: line 2: not a requirement: ",
+        ),
         ({"r.txt": "-r missing.txt\n"}, r"^r\.txt: cannot read missing\.txt: no such file$"),
         ({"r.txt": "-r r.txt\n"}, r"^r\.txt: include cycle: r\.txt -> r\.txt$"),
         ({"r.txt": "--frobnicate\n"}, r"^r\.txt: line 1: unknown option '--frobnicate'$"),

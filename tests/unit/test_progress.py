@@ -19,8 +19,9 @@ def test_ci_log_gets_one_line_per_stage_and_per_tenth() -> None:
     progress.finish()
     lines = out.getvalue().splitlines()
     assert lines[0] == "[humming-matrix] cfg: server ready"
-    assert lines[1:] == [f"[humming-matrix] cfg: {n}/20 questions, {n * 0.5:.1f} s"
-                         for n in range(2, 21, 2)]
+    assert lines[1:] == [
+        f"[humming-matrix] cfg: {n}/20 questions, {n * 0.5:.1f} s" for n in range(2, 21, 2)
+    ]
 
 
 def test_resumed_progress_starts_where_the_record_left_off() -> None:

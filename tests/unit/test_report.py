@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from humming_matrix.cli import main
-from humming_matrix.compare import Settings, Verdict
 from humming_matrix.errors import UsageError
-from humming_matrix.report import RowStatus, StoreReport, build_report
-from humming_matrix.report_markdown import store_markdown
-from humming_matrix.results import write_record
+from humming_matrix.judge.compare import Settings, Verdict
+from humming_matrix.report.build import RowStatus, StoreReport, build_report
+from humming_matrix.report.markdown import store_markdown
+from humming_matrix.store.results import write_record
 
 from .test_compare import make_record
 

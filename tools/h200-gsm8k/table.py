@@ -27,7 +27,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from humming_matrix.errors import RecordError
-from humming_matrix.results import Gsm8kRecord, load_gsm8k_record
+from humming_matrix.store.results import Gsm8kRecord, load_gsm8k_record
 
 RUN_DIR = re.compile(r"^humming-(?P<version>[^-]+)-(?P<stamp>\d{8}T\d{6}Z)$")
 KIT = "tools/h200-gsm8k"
@@ -186,8 +186,10 @@ def describe_outcome(run: Run) -> str:
         return "complete"
     if record.start_failed:
         startup = record.startup or {}
-        parts = [f"not ready after {_seconds(startup.get('seconds'))}",
-                 f"last phase: {record.startup_phase}"]
+        parts = [
+            f"not ready after {_seconds(startup.get('seconds'))}",
+            f"last phase: {record.startup_phase}",
+        ]
         if startup.get("reason"):
             parts.append(str(startup["reason"]).replace("|", "\\|"))
         return "; ".join(parts)
@@ -212,13 +214,14 @@ def row(run: Run) -> list[str]:
     if record is not None and record.start_failed:
         # timings.startup is then the time to the failure (the outcome shows it); nothing asked
         ready = asking = None
-    gpu = (
-        f"{run.gpu.memory_mib:,} MiB, {run.gpu.utilization} %" if run.gpu is not None else "-"
-    )
+    gpu = f"{run.gpu.memory_mib:,} MiB, {run.gpu.utilization} %" if run.gpu is not None else "-"
     facts = []
     if run.log is not None:
-        facts.append(f"quantization={run.log.quantization}" if run.log.quantization
-                     else "no engine config line")
+        facts.append(
+            f"quantization={run.log.quantization}"
+            if run.log.quantization
+            else "no engine config line"
+        )
         if run.log.model_gib:
             facts.append(f"model loading took {run.log.model_gib} GiB")
         if run.log.kv_tokens:
@@ -245,8 +248,18 @@ def row(run: Run) -> list[str]:
     ]
 
 
-HEADER = ["run", "humming", "exit", "outcome", "accuracy", "invalid", "ready after", "asking",
-          "GPU peak (mem, util)", "server log and JIT cache: humming"]
+HEADER = [
+    "run",
+    "humming",
+    "exit",
+    "outcome",
+    "accuracy",
+    "invalid",
+    "ready after",
+    "asking",
+    "GPU peak (mem, util)",
+    "server log and JIT cache: humming",
+]
 
 
 def _stacks(runs: Iterable[Run]) -> list[str]:
@@ -258,8 +271,14 @@ def _stacks(runs: Iterable[Run]) -> list[str]:
         env = record.environment
         parts = [
             f"{label} {env[key]}"
-            for label, key in (("vLLM", "vllm"), ("torch", "torch"), ("CUDA", "torch_cuda"),
-                               ("Python", "python"), ("GPU", "gpu"), ("driver", "gpu_driver"))
+            for label, key in (
+                ("vLLM", "vllm"),
+                ("torch", "torch"),
+                ("CUDA", "torch_cuda"),
+                ("Python", "python"),
+                ("GPU", "gpu"),
+                ("driver", "gpu_driver"),
+            )
             if env.get(key)
         ]
         line = ", ".join(parts) or "no versions recorded"
@@ -277,15 +296,20 @@ def _comparisons(results: Path) -> list[str]:
         except (OSError, ValueError) as exc:
             raise TableError(f"{path}: not JSON ({exc})") from None
         configs = data.get("configs") if isinstance(data, dict) else None
-        summary = "; ".join(
-            str(c.get("line", c.get("verdict", "?")))
-            for c in (configs if isinstance(configs, list) else [])
-            if isinstance(c, dict)
-        ) or "see the Markdown beside it"
+        summary = (
+            "; ".join(
+                str(c.get("line", c.get("verdict", "?")))
+                for c in (configs if isinstance(configs, list) else [])
+                if isinstance(c, dict)
+            )
+            or "see the Markdown beside it"
+        )
         base, _, cand = path.stem.partition("__")
         exit_text = "" if code is None else f", exit {code}"
-        lines.append(f"- `{base}` -> `{cand}`{exit_text}: {summary} "
-                     f"([details](compare/{path.with_suffix('.md').name}))")
+        lines.append(
+            f"- `{base}` -> `{cand}`{exit_text}: {summary} "
+            f"([details](compare/{path.with_suffix('.md').name}))"
+        )
     return lines
 
 

@@ -15,8 +15,20 @@ from humming_matrix import __version__
 from humming_matrix.errors import ExitCode, HummingMatrixError, ServerError
 
 # One entry per subcommand module in this package, in the order `--help` lists them.
-COMMANDS: tuple[str, ...] = ("run", "slots", "kernels", "compare", "report", "bisect", "premerge",
-                              "pipeline", "lm_eval", "session", "preflight", "divergence")
+COMMANDS: tuple[str, ...] = (
+    "run",
+    "slots",
+    "kernels",
+    "compare",
+    "report",
+    "bisect",
+    "premerge",
+    "pipeline",
+    "lm_eval",
+    "session",
+    "preflight",
+    "divergence",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -9,14 +9,22 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from humming_matrix import bisect_report
-from humming_matrix.bisect_driver import BisectLog, Driver, Plan
-from humming_matrix.bisection import Bisection, Conclusion
-from humming_matrix.compare import Settings
-from humming_matrix.config import load_configs
+from humming_matrix.bisect import report as bisect_report
+from humming_matrix.bisect.driver import BisectLog, Driver, Plan
+from humming_matrix.bisect.search import Bisection, Conclusion
+from humming_matrix.bisect.version_runner import (
+    DEFAULT_PROBE_TIMEOUT_S,
+    NoxRunner,
+    Prober,
+    Suite,
+    Tier,
+)
+from humming_matrix.ci.slots import SlotPool
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.interrupts import terminate_unwinds
-from humming_matrix.matrix import (
+from humming_matrix.judge.compare import Settings
+from humming_matrix.judge.paired_judge import DivergenceJudge, KernelJudge, PairedJudge
+from humming_matrix.matrix.cells import (
     CHECKOUT_CONFIG_LIST,
     CHECKOUT_NOXFILE,
     MATRIX_ENV,
@@ -24,7 +32,7 @@ from humming_matrix.matrix import (
     checkout_file,
     load_matrix,
 )
-from humming_matrix.package_index import (
+from humming_matrix.matrix.package_index import (
     DEFAULT_INDEX_URL,
     PROJECT,
     CachedIndex,
@@ -34,15 +42,7 @@ from humming_matrix.package_index import (
     default_cache_dir,
     released_versions,
 )
-from humming_matrix.paired_judge import DivergenceJudge, KernelJudge, PairedJudge
-from humming_matrix.probe import (
-    DEFAULT_PROBE_TIMEOUT_S,
-    NoxRunner,
-    Prober,
-    Suite,
-    Tier,
-)
-from humming_matrix.slots import SlotPool
+from humming_matrix.suite.config import load_configs
 
 INDEX_URL_ENV = "HUMMING_MATRIX_INDEX_URL"
 
@@ -51,33 +51,78 @@ def add_suite_arguments(p: argparse.ArgumentParser) -> None:
     """The options bisect and premerge share: what to run, where to store it, how to judge.
     Defaults that are the project's data (matrix, config list, noxfile) come from the checkout
     at or above the working directory, never from the installed package."""
-    p.add_argument("--matrix", type=Path, metavar="FILE",
-                   help=f"the matrix file (default: ${MATRIX_ENV}, else configs/matrix.toml of "
-                   "the checkout at or above the working directory); the probes' sessions "
-                   "read the same file")
-    p.add_argument("--configs", action="append", type=Path, default=[], metavar="LIST",
-                   help=f"config list file(s) (default: the checkout's {CHECKOUT_CONFIG_LIST})")
-    p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
-                   help="a single GSM8K config; repeatable")
-    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
-                   help="the result store, read for reuse and written by probes "
-                   "(default: results/local)")
-    p.add_argument("--limit", type=int, metavar="N",
-                   help="ask only the first N questions of each config")
-    p.add_argument("--variant", metavar="NAME",
-                   help="the CUDA variant of every cell (default: each pairing's default)")
-    p.add_argument("--noxfile", type=Path, metavar="FILE",
-                   help="the noxfile whose humming-<version> sessions run the probes (default: "
-                   f"the checkout's {CHECKOUT_NOXFILE})")
-    p.add_argument("--envdir", type=Path, metavar="DIR",
-                   help="where nox keeps the session environments (nox's --envdir)")
-    p.add_argument("--probe-timeout", type=float, default=DEFAULT_PROBE_TIMEOUT_S, metavar="S",
-                   help="kill a probe's session after S seconds (then it is untestable)")
+    p.add_argument(
+        "--matrix",
+        type=Path,
+        metavar="FILE",
+        help=f"the matrix file (default: ${MATRIX_ENV}, else configs/matrix.toml of "
+        "the checkout at or above the working directory); the probes' sessions "
+        "read the same file",
+    )
+    p.add_argument(
+        "--configs",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="LIST",
+        help=f"config list file(s) (default: the checkout's {CHECKOUT_CONFIG_LIST})",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a single GSM8K config; repeatable",
+    )
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results/local"),
+        metavar="DIR",
+        help="the result store, read for reuse and written by probes (default: results/local)",
+    )
+    p.add_argument(
+        "--limit", type=int, metavar="N", help="ask only the first N questions of each config"
+    )
+    p.add_argument(
+        "--variant",
+        metavar="NAME",
+        help="the CUDA variant of every cell (default: each pairing's default)",
+    )
+    p.add_argument(
+        "--noxfile",
+        type=Path,
+        metavar="FILE",
+        help="the noxfile whose humming-<version> sessions run the probes (default: "
+        f"the checkout's {CHECKOUT_NOXFILE})",
+    )
+    p.add_argument(
+        "--envdir",
+        type=Path,
+        metavar="DIR",
+        help="where nox keeps the session environments (nox's --envdir)",
+    )
+    p.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=DEFAULT_PROBE_TIMEOUT_S,
+        metavar="S",
+        help="kill a probe's session after S seconds (then it is untestable)",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (0.05)")
-    p.add_argument("--min-effect", type=float, default=0.01,
-                   help="smallest drop that counts as a regression (0.01 = one point)")
-    p.add_argument("--markdown", type=Path, metavar="FILE",
-                   help="write the Markdown verdict here (a CI annotation)")
+    p.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.01,
+        help="smallest drop that counts as a regression (0.01 = one point)",
+    )
+    p.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="FILE",
+        help="write the Markdown verdict here (a CI annotation)",
+    )
 
 
 def register(sub: Any) -> None:
@@ -92,31 +137,65 @@ def register(sub: Any) -> None:
     p.add_argument("--good", required=True, metavar="V", help="a version known to be good")
     p.add_argument("--bad", required=True, metavar="V", help="a version known to be bad")
     add_suite_arguments(p)
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="probe N versions at once, each on its own GPU slot (N-ary search)")
-    p.add_argument("--no-verify", action="store_true",
-                   help="assume the endpoints are right instead of testing the bad one first")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="probe N versions at once, each on its own GPU slot (N-ary search)",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="assume the endpoints are right instead of testing the bad one first",
+    )
     p.add_argument("--prereleases", action="store_true", help="include pre-releases")
-    p.add_argument("--index-url", metavar="URL",
-                   help=f"simple index to list releases from (default: ${INDEX_URL_ENV} or "
-                   f"{DEFAULT_INDEX_URL})")
-    p.add_argument("--find-links", type=Path, metavar="DIR",
-                   help="list releases from a directory of wheels instead of an index")
-    p.add_argument("--index-cache", type=Path, metavar="DIR",
-                   help=f"where release listings are cached (default: {default_cache_dir()})")
+    p.add_argument(
+        "--index-url",
+        metavar="URL",
+        help=f"simple index to list releases from (default: ${INDEX_URL_ENV} or "
+        f"{DEFAULT_INDEX_URL})",
+    )
+    p.add_argument(
+        "--find-links",
+        type=Path,
+        metavar="DIR",
+        help="list releases from a directory of wheels instead of an index",
+    )
+    p.add_argument(
+        "--index-cache",
+        type=Path,
+        metavar="DIR",
+        help=f"where release listings are cached (default: {default_cache_dir()})",
+    )
     p.add_argument("--refresh-index", action="store_true", help="ignore the cached listing")
-    p.add_argument("--log", type=Path, metavar="FILE",
-                   help="the resumable log (default: RESULTS/bisect/GOOD..BAD.jsonl)")
+    p.add_argument(
+        "--log",
+        type=Path,
+        metavar="FILE",
+        help="the resumable log (default: RESULTS/bisect/GOOD..BAD.jsonl)",
+    )
     p.add_argument("--fresh", action="store_true", help="discard an existing log, start over")
-    p.add_argument("--tier", choices=[t.value for t in Tier], default=Tier.GSM8K.value,
-                   help="gsm8k: the config suite through vllm serve (default); kernels: the "
-                   "GEMM probe (`kernels-<version>` sessions, needs a GPU); divergence: "
-                   "teacher-forced logprobs of each config against the good version's, with "
-                   "its A/A repeat as the floor (docs/divergence.md; --alpha applies)")
-    p.add_argument("--fail-on-slowdown", action="store_true",
-                   help="kernel tier: a slower kernel counts as bad too")
-    p.add_argument("--changes-url", default=bisect_report.DEFAULT_CHANGES_URL,
-                   metavar="TEMPLATE", help="link to the changes, with {good} and {bad}")
+    p.add_argument(
+        "--tier",
+        choices=[t.value for t in Tier],
+        default=Tier.GSM8K.value,
+        help="gsm8k: the config suite through vllm serve (default); kernels: the "
+        "GEMM probe (`kernels-<version>` sessions, needs a GPU); divergence: "
+        "teacher-forced logprobs of each config against the good version's, with "
+        "its A/A repeat as the floor (docs/divergence.md; --alpha applies)",
+    )
+    p.add_argument(
+        "--fail-on-slowdown",
+        action="store_true",
+        help="kernel tier: a slower kernel counts as bad too",
+    )
+    p.add_argument(
+        "--changes-url",
+        default=bisect_report.DEFAULT_CHANGES_URL,
+        metavar="TEMPLATE",
+        help="link to the changes, with {good} and {bad}",
+    )
     p.set_defaults(handler=main)
 
 
@@ -156,8 +235,11 @@ def prober_from(args: argparse.Namespace, suite: Suite, jobs: int, matrix: Matri
     slots = SlotPool.from_environment() if jobs > 1 else None
     return Prober(
         suite,
-        NoxRunner(noxfile, timeout=args.probe_timeout,
-                  envdir=args.envdir.resolve() if args.envdir else None),
+        NoxRunner(
+            noxfile,
+            timeout=args.probe_timeout,
+            envdir=args.envdir.resolve() if args.envdir else None,
+        ),
         log_dir=suite.store / "probe-logs",
         hardware=Prober.current_hardware(),
         slots=slots,
@@ -203,13 +285,21 @@ def main(args: argparse.Namespace) -> int:
     suffix = "" if suite.tier is Tier.GSM8K else f".{suite.tier.value}"
     log_path = args.log or suite.store / "bisect" / f"{good}..{bad}{suffix}.jsonl"
     judge: PairedJudge | KernelJudge | DivergenceJudge = (
-        KernelJudge(args.fail_on_slowdown) if suite.tier is Tier.KERNELS
-        else DivergenceJudge(args.alpha) if suite.tier is Tier.DIVERGENCE
+        KernelJudge(args.fail_on_slowdown)
+        if suite.tier is Tier.KERNELS
+        else DivergenceJudge(args.alpha)
+        if suite.tier is Tier.DIVERGENCE
         else PairedJudge(settings)
     )
     with terminate_unwinds(), BisectLog(log_path, plan, fresh=args.fresh) as log:
         result = Driver(
-            plan, matrix, prober, judge, judge.alone, log, jobs=args.jobs,
+            plan,
+            matrix,
+            prober,
+            judge,
+            judge.alone,
+            log,
+            jobs=args.jobs,
             say=lambda line: print(line, flush=True),
         ).run()
     print(f"bisect: {bisect_report.headline(result)}")
@@ -217,17 +307,16 @@ def main(args: argparse.Namespace) -> int:
     if first is not None and first in result.entries:
         for line in bisect_report.evidence_lines(result.entries[first].evidence):
             print(f"bisect: evidence: {line}")
-    if first is not None and result.outcome.conclusion in (
-        Conclusion.FOUND, Conclusion.AMBIGUOUS
-    ):
+    if first is not None and result.outcome.conclusion in (Conclusion.FOUND, Conclusion.AMBIGUOUS):
         link = bisect_report.changes_link(args.changes_url, result.outcome.last_good, first)
         print(f"bisect: changes: {link}")
     ran = ", ".join(result.sessions_run) or "none"
     print(f"bisect: sessions run: {ran}; log: {log_path}")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(bisect_report.markdown(result, plan, args.changes_url),
-                                 encoding="utf-8")
+        args.markdown.write_text(
+            bisect_report.markdown(result, plan, args.changes_url), encoding="utf-8"
+        )
     if result.outcome.conclusion is Conclusion.UNVERIFIED:
         return int(ExitCode.INFRASTRUCTURE)
     return int(ExitCode.OK)

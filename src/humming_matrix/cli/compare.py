@@ -9,19 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.compare import (
+from humming_matrix.errors import ExitCode, UsageError
+from humming_matrix.judge.compare import (
     Comparison,
     Settings,
     compare_locations,
     in_family,
     record_kinds,
 )
-from humming_matrix.compare_lm_eval import LmEvalComparison, compare_lm_eval_locations
-from humming_matrix.errors import ExitCode, UsageError
-from humming_matrix.report import write_text
-from humming_matrix.report_markdown import comparison_markdown, lm_eval_comparison_markdown
-from humming_matrix.report_text import comparison_text, lm_eval_comparison_text
-from humming_matrix.results import RecordKind, record_paths
+from humming_matrix.judge.compare_lm_eval import LmEvalComparison, compare_lm_eval_locations
+from humming_matrix.report.build import write_text
+from humming_matrix.report.markdown import comparison_markdown, lm_eval_comparison_markdown
+from humming_matrix.report.text import comparison_text, lm_eval_comparison_text
+from humming_matrix.store.results import RecordKind, record_paths
 
 
 def register(sub: Any) -> None:
@@ -98,18 +98,23 @@ def main(args: argparse.Namespace) -> int:
     )
 
 
-def _note_unjudged(args: argparse.Namespace, base: set[RecordKind], cand: set[RecordKind],
-                   judged: set[RecordKind]) -> None:
+def _note_unjudged(
+    args: argparse.Namespace, base: set[RecordKind], cand: set[RecordKind], judged: set[RecordKind]
+) -> None:
     """Say what was left out, so a record that was not judged is never taken for a pass."""
     for kind in sorted((base | cand) - judged, key=lambda k: k.value):
         if kind in base and kind in cand:
             why = "compare them on their own (point at files or folders of that kind only)"
         else:
-            holder, other = (args.baseline, args.candidate) if kind in base else (
-                args.candidate, args.baseline)
+            holder, other = (
+                (args.baseline, args.candidate) if kind in base else (args.candidate, args.baseline)
+            )
             why = f"only {holder} holds them, {other} has none to pair with"
-        print(f"humming-matrix: note: {kind.value} records were not compared: {why}",
-              file=sys.stderr, flush=True)
+        print(
+            f"humming-matrix: note: {kind.value} records were not compared: {why}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _kinds(kinds: set[RecordKind]) -> str:
@@ -131,7 +136,7 @@ def _accuracy(args: argparse.Namespace, settings: Settings, kinds: set[RecordKin
         # One gate, one family: every config and metric this command judges (Holm over all).
         family = in_family([*gsm8k.tests, *lm_eval.tests])
         gsm8k = gsm8k.with_tests(family[: len(gsm8k.tests)])
-        lm_eval = lm_eval.with_tests(family[len(gsm8k.tests):])
+        lm_eval = lm_eval.with_tests(family[len(gsm8k.tests) :])
     texts, markdown = [], []
     # The GSM8K JSON keeps its shape; lm-eval's comes alone, or under "lm_eval" beside it.
     document: dict[str, Any] = {}

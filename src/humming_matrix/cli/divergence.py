@@ -15,7 +15,6 @@ from typing import Any
 
 from humming_matrix.cli import report_fault
 from humming_matrix.cli.run import add_suite_arguments
-from humming_matrix.config import load_configs
 from humming_matrix.divergence.judge import DivergenceComparison, compare_divergence
 from humming_matrix.divergence.passes import DEFAULT_TOP_K, PassOptions, run_passes
 from humming_matrix.divergence.render import (
@@ -28,7 +27,8 @@ from humming_matrix.divergence.store_report import build_divergence_report
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
 from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.progress import Progress
-from humming_matrix.report import write_text
+from humming_matrix.report.build import write_text
+from humming_matrix.suite.config import load_configs
 
 # vLLM's default --max-logprobs; a larger k needs the config's server_args to raise it.
 MAX_TOP_K = 20
@@ -45,26 +45,53 @@ def register(sub: Any) -> None:
     )
     tier = p.add_subparsers(dest="divergence_command", required=True)
     r = tier.add_parser(
-        "run", help="divergence passes of GSM8K configs in this environment",
+        "run",
+        help="divergence passes of GSM8K configs in this environment",
         description="One pass per config (or --repeat N passes against one server): "
         "the forced answer's tokens, their logprobs and the top-k at each. Exit 0 done, 2 usage "
-        "or config error, 3 infrastructure failure (a partial record is saved).")
-    add_suite_arguments(r, "a GSM8K eval config (vLLM's YAML schema)",
-                        "score only the first N questions of each config")
-    r.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, metavar="K",
-                   help=f"alternatives kept per token (default {DEFAULT_TOP_K}, at most "
-                   f"{MAX_TOP_K} unless server_args raise --max-logprobs)")
-    r.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="passes per server launch, one record each (2 gives the A/A floor)")
-    r.add_argument("--retries", type=int, default=3, metavar="N",
-                   help="retries per request for 5xx and broken connections (default 3)")
-    r.add_argument("--max-errors", type=int, default=0, metavar="N",
-                   help="failed questions tolerated per pass (default 0)")
+        "or config error, 3 infrastructure failure (a partial record is saved).",
+    )
+    add_suite_arguments(
+        r,
+        "a GSM8K eval config (vLLM's YAML schema)",
+        "score only the first N questions of each config",
+    )
+    r.add_argument(
+        "--top-k",
+        type=int,
+        default=DEFAULT_TOP_K,
+        metavar="K",
+        help=f"alternatives kept per token (default {DEFAULT_TOP_K}, at most "
+        f"{MAX_TOP_K} unless server_args raise --max-logprobs)",
+    )
+    r.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="passes per server launch, one record each (2 gives the A/A floor)",
+    )
+    r.add_argument(
+        "--retries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="retries per request for 5xx and broken connections (default 3)",
+    )
+    r.add_argument(
+        "--max-errors",
+        type=int,
+        default=0,
+        metavar="N",
+        help="failed questions tolerated per pass (default 0)",
+    )
     r.set_defaults(handler=run_main)
 
     c = tier.add_parser(
-        "compare", help="judge a candidate's divergence from a baseline against the A/A floor",
-        description=COMPARE_DESCRIPTION)
+        "compare",
+        help="judge a candidate's divergence from a baseline against the A/A floor",
+        description=COMPARE_DESCRIPTION,
+    )
     add_compare_arguments(c, positional=True)
     c.set_defaults(handler=compare_main)
     p.set_defaults(handler=lambda args: int(ExitCode.USAGE))
@@ -76,23 +103,38 @@ COMPARE_DESCRIPTION = (
     "disagreement, |answer NLL change|) against the floor (the baseline's replicate: another "
     "record of its config and environment, beside it or under --floor). One-sided exact sign "
     "test per metric, Holm over every config and metric. Exit 0 same, 1 diverged, 2 usage "
-    "error.")
+    "error."
+)
 
 
 def add_compare_arguments(p: argparse.ArgumentParser, positional: bool) -> None:
     if positional:
         p.add_argument("baseline", type=Path, metavar="BASELINE")
         p.add_argument("candidate", type=Path, metavar="CANDIDATE")
-        p.add_argument("--alpha", type=float, default=0.05,
-                       help="family-wise significance level (default 0.05)")
+        p.add_argument(
+            "--alpha",
+            type=float,
+            default=0.05,
+            help="family-wise significance level (default 0.05)",
+        )
         p.add_argument("--markdown", type=Path, metavar="FILE", help="also write Markdown here")
         p.add_argument("--json", type=Path, metavar="FILE", help="also write JSON here")
-    p.add_argument("--floor", type=Path, action="append", default=[], metavar="PATH",
-                   help="divergence records holding the baseline's A/A replicate; repeatable "
-                   "(default: found beside the baseline)")
+    p.add_argument(
+        "--floor",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="divergence records holding the baseline's A/A replicate; repeatable "
+        "(default: found beside the baseline)",
+    )
     p.add_argument("--junit", type=Path, metavar="FILE", help="divergence: JUnit XML here")
-    p.add_argument("--html", type=Path, metavar="FILE",
-                   help="divergence: HTML with the per-question KL distributions here")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="divergence: HTML with the per-question KL distributions here",
+    )
 
 
 def run_main(args: argparse.Namespace) -> int:
@@ -107,9 +149,15 @@ def run_main(args: argparse.Namespace) -> int:
     if args.retries < 0 or args.max_errors < 0:
         raise UsageError("--retries and --max-errors must not be negative")
     configs = load_configs(args.config, args.config_list)
-    options = PassOptions(results=args.results, top_k=args.top_k, endpoint=args.endpoint,
-                          limit=args.limit, repeat=args.repeat, retries=args.retries,
-                          max_errors=args.max_errors)
+    options = PassOptions(
+        results=args.results,
+        top_k=args.top_k,
+        endpoint=args.endpoint,
+        limit=args.limit,
+        repeat=args.repeat,
+        retries=args.retries,
+        max_errors=args.max_errors,
+    )
     progress = Progress()
     code = ExitCode.OK
     with terminate_unwinds():

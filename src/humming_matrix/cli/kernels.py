@@ -28,10 +28,12 @@ from humming_matrix.errors import (
 )
 from humming_matrix.kernels.cases import (
     DEFAULT_BATCH_SIZES,
+    FULL_BATCH_SIZES,
     parse_batch_sizes,
     select_cases,
 )
 from humming_matrix.kernels.judge import CaseState
+from humming_matrix.kernels.models import SUITE, UNMODELLED, USES, suite_from
 from humming_matrix.kernels.record import (
     Settings,
     build_record,
@@ -40,7 +42,7 @@ from humming_matrix.kernels.record import (
     write_record,
 )
 from humming_matrix.kernels.watchdog import DEFAULT_WORKER, Watchdog
-from humming_matrix.results import new_run_id, utc_now_iso
+from humming_matrix.store.results import new_run_id, utc_now_iso
 
 _GPU_CHECK = (
     "import sys\n"
@@ -81,29 +83,80 @@ def register(sub: Any) -> None:
         help="check humming's quantised GEMMs on this GPU (numerics and speed), no model needed",
         description=__doc__,
     )
-    p.add_argument("--results", type=Path, default=Path("results/local"), metavar="DIR",
-                   help="the result store (default: results/local)")
-    p.add_argument("--cases", nargs="+", metavar="PATTERN",
-                   help="shell-style patterns of case names (default: every case)")
-    p.add_argument("--batch-sizes", nargs="+", metavar="M",
-                   default=[",".join(map(str, DEFAULT_BATCH_SIZES))],
-                   help="token counts to run (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=20, metavar="N",
-                   help="timed launches per batch size; the median is reported (default: 20)")
-    p.add_argument("--draws", type=int, default=3, metavar="N",
-                   help="independent activation draws per batch size, whose spread is the "
-                        "numerics noise the comparison uses (default: 3)")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="seconds without progress before a case counts as hung (default: 600)")
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=Path("results/local"),
+        metavar="DIR",
+        help="the result store (default: results/local)",
+    )
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="PATTERN",
+        help="shell-style patterns of case names (default: every case)",
+    )
+    p.add_argument(
+        "--batch-sizes",
+        nargs="+",
+        metavar="M",
+        help="token counts to run (default: "
+        f"{','.join(map(str, DEFAULT_BATCH_SIZES))}: decode, mid, prefill)",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="every batch size from 1 to 4096 (powers of two) unless --batch-sizes",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="print the cases (derived from vLLM's humming config lists) and the "
+        "listed configs no case covers, with why; run nothing",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=20,
+        metavar="N",
+        help="timed launches per batch size; the median is reported (default: 20)",
+    )
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=3,
+        metavar="N",
+        help="independent activation draws per batch size, whose spread is the "
+        "numerics noise the comparison uses (default: 3)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds without progress before a case counts as hung (default: 600)",
+    )
     p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
-    p.add_argument("--input-cache", type=Path, metavar="DIR",
-                   help="keep generated weights here, shared by runs of other versions")
-    p.add_argument("--gpu-lock", type=Path, metavar="FILE",
-                   help="share the GPU with other `kernels` runs using the same lock file: "
-                        "kernel launches, references and timing loops take turns, compiles "
-                        "and CPU work overlap")
-    p.add_argument("--workdir", type=Path, metavar="DIR",
-                   help="keep the worker's plans, events and logs here (default: a temp dir)")
+    p.add_argument(
+        "--input-cache",
+        type=Path,
+        metavar="DIR",
+        help="keep generated weights here, shared by runs of other versions",
+    )
+    p.add_argument(
+        "--gpu-lock",
+        type=Path,
+        metavar="FILE",
+        help="share the GPU with other `kernels` runs using the same lock file: "
+        "kernel launches, references and timing loops take turns, compiles "
+        "and CPU work overlap",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        metavar="DIR",
+        help="keep the worker's plans, events and logs here (default: a temp dir)",
+    )
     p.set_defaults(handler=handle)
 
 
@@ -112,8 +165,15 @@ def handle(
     gpu_check: Callable[[], str | None] = gpu_problem,
     worker: Sequence[str] = DEFAULT_WORKER,
 ) -> int:
-    cases = select_cases(args.cases)
-    sizes = parse_batch_sizes(args.batch_sizes)
+    cases = select_cases(args.cases, SUITE)
+    if args.list:
+        for case in cases:
+            print(f"{case.name}\t{case.model}\t{case.layer}")
+        for skipped in (*UNMODELLED, *suite_from(USES)[1]):
+            print(f"not covered: {skipped.config}: {skipped.reason}")
+        return int(ExitCode.OK)
+    default = FULL_BATCH_SIZES if args.full else DEFAULT_BATCH_SIZES
+    sizes = parse_batch_sizes(args.batch_sizes or [",".join(map(str, default))])
     if args.repeats < 1 or args.draws < 1 or args.timeout <= 0:
         raise UsageError("--repeats and --draws must be >= 1 and --timeout > 0")
     problem = gpu_check()

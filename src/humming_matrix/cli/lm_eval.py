@@ -25,13 +25,24 @@ def register(sub: Any) -> None:
         "pip install 'humming-matrix[lm-eval]'. Exit 0 all pass, 1 a metric below its "
         "threshold, 2 usage or config error, 3 infrastructure failure.",
     )
-    add_suite_arguments(p, "an lm-eval config (vLLM's YAML format)",
-                        "at most N documents per task (caps the config's `limit`)")
-    p.add_argument("--tp-size", type=int, default=1, metavar="N",
-                   help="tensor parallel size, as vLLM's harness takes it (default 1)")
-    p.add_argument("--resume", action="store_true",
-                   help="finish configs whose earlier run failed, reusing the answers it got "
-                   "(kept in DIR/.lm-eval-cache); without it every run asks every question")
+    add_suite_arguments(
+        p,
+        "an lm-eval config (vLLM's YAML format)",
+        "at most N documents per task (caps the config's `limit`)",
+    )
+    p.add_argument(
+        "--tp-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="tensor parallel size, as vLLM's harness takes it (default 1)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish configs whose earlier run failed, reusing the answers it got "
+        "(kept in DIR/.lm-eval-cache); without it every run asks every question",
+    )
     p.set_defaults(handler=main)
 
 
@@ -44,9 +55,15 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--tp-size must be at least 1")
     configs = load_lm_eval_configs(args.config, args.config_list)
     lm_eval_package_dir()  # fail before any server starts when the extra is missing
-    suite = LmEvalSuite(SuiteSettings(results=args.results, endpoint=args.endpoint,
-                                      limit=args.limit, tp_size=args.tp_size,
-                                      resume=args.resume))
+    suite = LmEvalSuite(
+        SuiteSettings(
+            results=args.results,
+            endpoint=args.endpoint,
+            limit=args.limit,
+            tp_size=args.tp_size,
+            resume=args.resume,
+        )
+    )
     code = ExitCode.OK
     # SIGTERM (CI cancelling the job) unwinds like Ctrl-C: server and worker are torn down.
     with terminate_unwinds():

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.config import load_configs
 from humming_matrix.distributions import imported_version
 from humming_matrix.errors import ExitCode, UsageError
-from humming_matrix.preflight import run_preflight
+from humming_matrix.matrix.preflight import run_preflight
+from humming_matrix.suite.config import load_configs
 
 
 def register(sub: Any) -> None:

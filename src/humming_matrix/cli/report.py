@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.compare import Settings
 from humming_matrix.errors import ExitCode
-from humming_matrix.report import build_report, write_text
-from humming_matrix.report_html import store_html
-from humming_matrix.report_junit import store_junit
-from humming_matrix.report_markdown import store_markdown
+from humming_matrix.judge.compare import Settings
+from humming_matrix.report.build import build_report, write_text
+from humming_matrix.report.html import store_html
+from humming_matrix.report.junit import store_junit
+from humming_matrix.report.markdown import store_markdown
 
 
 def register(sub: Any) -> None:

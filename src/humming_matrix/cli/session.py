@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from humming_matrix import distributions, environment, installation
-from humming_matrix.config import EvalConfig, load_configs
+from humming_matrix import distributions, environment
+from humming_matrix.ci.slots import CUDA_ENV, Holder, SlotPool
 from humming_matrix.divergence.passes import (
     DIVERGENCE_LIST_ENV,
     DIVERGENCE_ONLY_ENV,
@@ -43,16 +43,17 @@ from humming_matrix.errors import (
     UntestableError,
     UsageError,
 )
-from humming_matrix.installation import Outcome, Stage
-from humming_matrix.matrix import (
+from humming_matrix.matrix import installation
+from humming_matrix.matrix.cells import (
     CHECKOUT_CONFIG_LIST,
     MATRIX_ENV,
     Cell,
     checkout_file,
     load_matrix,
 )
-from humming_matrix.preflight import PreflightReport, run_preflight
-from humming_matrix.slots import CUDA_ENV, Holder, SlotPool
+from humming_matrix.matrix.installation import Outcome, Stage
+from humming_matrix.matrix.preflight import PreflightReport, run_preflight
+from humming_matrix.suite.config import EvalConfig, load_configs
 
 PREFLIGHT_ONLY_ENV = "HUMMING_MATRIX_PREFLIGHT_ONLY"
 
@@ -281,8 +282,9 @@ def execute(
 def _pipeline(
     args: argparse.Namespace, cell: Cell, path: Path, seams: Seams, environ: Mapping[str, str]
 ) -> int:
-    record = replace(installation.capture(cell, packages=seams.packages()),
-                     install_seconds=args.install_seconds)
+    record = replace(
+        installation.capture(cell, packages=seams.packages()), install_seconds=args.install_seconds
+    )
     if args.install_failed:
         message = (
             f"{cell.session}: installing the cell failed (the installer's error is above); "
@@ -361,8 +363,10 @@ def _pipeline(
         if not only:
             codes.append(command(["run", *full_args]))
         if divergence:
-            print(f"{cell.session}: divergence stage: "
-                  f"{', '.join(c.name for c in divergence)}", flush=True)
+            print(
+                f"{cell.session}: divergence stage: {', '.join(c.name for c in divergence)}",
+                flush=True,
+            )
             codes.append(command(_divergence_arguments(full_args, divergence)))
     code = _worse(codes)
     installation.write_outcome(path, record, Outcome.RAN, code)

@@ -6,7 +6,7 @@
 
 The command runs with `CUDA_VISIBLE_DEVICES` naming the GPUs it was given and the slots are held
 until it exits; its exit status is this command's. A nox session, a bisect probe or a CI job that
-shares a machine wraps its GPU stage in this, or calls `humming_matrix.slots` directly.
+shares a machine wraps its GPU stage in this, or calls `humming_matrix.ci.slots` directly.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from humming_matrix.config import load_configs
+from humming_matrix.ci.slots import Holder, SlotPool
 from humming_matrix.errors import ExitCode, UsageError
-from humming_matrix.slots import Holder, SlotPool
+from humming_matrix.suite.config import load_configs
 
 # How long a child gets to finish after Ctrl-C before it is killed.
 INTERRUPT_GRACE_SECONDS = 60.0
@@ -40,22 +40,48 @@ def register(sub: Any) -> None:
     )
     need = p.add_mutually_exclusive_group()
     need.add_argument("--gpus", type=int, metavar="N", help="how many GPUs to reserve")
-    need.add_argument("--status", action="store_true",
-                      help="list who holds which GPU and exit")
-    p.add_argument("--config", action="append", type=Path, default=[], metavar="FILE",
-                   help="reserve the largest --tensor-parallel-size of these configs; repeatable"
-                   " (default: those the wrapped command names with --config/--config-list)")
-    p.add_argument("--config-list", action="append", type=Path, default=[], metavar="FILE",
-                   help="as --config, for every config of a list file; repeatable")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="give up (exit 3) if the GPUs are not free by then (default: wait)")
-    p.add_argument("--owner", default="",
-                   help="a name for the holder, shown to those who wait (default: the command)")
-    p.add_argument("--pool", type=Path, metavar="DIR",
-                   help="the pool directory (default: $HUMMING_MATRIX_SLOT_DIR or "
-                   "<tmp>/humming-matrix-gpu-slots)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                   help="the command to run on the reserved GPUs")
+    need.add_argument("--status", action="store_true", help="list who holds which GPU and exit")
+    p.add_argument(
+        "--config",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="reserve the largest --tensor-parallel-size of these configs; repeatable"
+        " (default: those the wrapped command names with --config/--config-list)",
+    )
+    p.add_argument(
+        "--config-list",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="as --config, for every config of a list file; repeatable",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up (exit 3) if the GPUs are not free by then (default: wait)",
+    )
+    p.add_argument(
+        "--owner",
+        default="",
+        help="a name for the holder, shown to those who wait (default: the command)",
+    )
+    p.add_argument(
+        "--pool",
+        type=Path,
+        metavar="DIR",
+        help="the pool directory (default: $HUMMING_MATRIX_SLOT_DIR or "
+        "<tmp>/humming-matrix-gpu-slots)",
+    )
+    p.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the command to run on the reserved GPUs",
+    )
     p.set_defaults(handler=main)
 
 
@@ -141,8 +167,9 @@ def _pool(args: argparse.Namespace) -> SlotPool:
 def _report_wait(count: int) -> Callable[[tuple[Holder, ...]], None]:
     def report(holders: tuple[Holder, ...]) -> None:
         held = "; ".join(h.describe() for h in holders) or "taken by others"
-        print(f"humming-matrix slots: waiting for {count} GPU(s): {held}",
-              file=sys.stderr, flush=True)
+        print(
+            f"humming-matrix slots: waiting for {count} GPU(s): {held}", file=sys.stderr, flush=True
+        )
 
     return report
 
@@ -155,8 +182,10 @@ def main(args: argparse.Namespace) -> int:
     if args.status:
         holders = pool.holders()
         free = len(pool.devices) - len(holders)
-        print(f"{pool.directory}: {len(pool.devices)} GPU(s) ({','.join(pool.devices) or '-'}),"
-              f" {free} free")
+        print(
+            f"{pool.directory}: {len(pool.devices)} GPU(s) ({','.join(pool.devices) or '-'}),"
+            f" {free} free"
+        )
         for holder in holders:
             print(holder.describe())
         return int(ExitCode.OK)
@@ -164,8 +193,12 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("slots: give the command to run after `--`")
     count = gpus_needed(args, command)
     owner = args.owner or " ".join(command)[:200]
-    with pool.acquire(count, owner=owner, timeout=args.timeout,
-                      on_wait=_report_wait(count)) as lease:
-        print(f"humming-matrix slots: {owner}: CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices}",
-              file=sys.stderr, flush=True)
+    with pool.acquire(
+        count, owner=owner, timeout=args.timeout, on_wait=_report_wait(count)
+    ) as lease:
+        print(
+            f"humming-matrix slots: {owner}: CUDA_VISIBLE_DEVICES={lease.cuda_visible_devices}",
+            file=sys.stderr,
+            flush=True,
+        )
         return run_child(command, {**os.environ, **lease.environ()}, lease.fds)

@@ -15,15 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from humming_matrix.client import RETRYABLE_STATUS, RetryPolicy
 from humming_matrix.divergence.record import AnswerLogprobs, pad_top
 from humming_matrix.divergence.teacher import ForcedText
+from humming_matrix.suite.client import RETRYABLE_STATUS, RetryPolicy
 
 
 class _Retryable(Exception):
@@ -35,8 +35,13 @@ class MalformedAnswer(ValueError):
 
 
 def completion_body(text: str, top_k: int) -> dict[str, Any]:
-    return {"prompt": text, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": top_k,
-            "return_token_ids": True}
+    return {
+        "prompt": text,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": top_k,
+        "return_token_ids": True,
+    }
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -58,16 +63,24 @@ def parse_answer(index: int, prefix_ids: Sequence[int], body: Any, top_k: int) -
         steps = choice["prompt_logprobs"]
         if not isinstance(steps, list) or len(steps) != len(ids):
             size = f" of {len(steps)}" if isinstance(steps, list) else ""
-            raise MalformedAnswer(f"{len(ids)} prompt tokens but prompt_logprobs is "
-                                  f"{type(steps).__name__}{size}; does this server support "
-                                  "prompt_logprobs?")
+            raise MalformedAnswer(
+                f"{len(ids)} prompt tokens but prompt_logprobs is "
+                f"{type(steps).__name__}{size}; does this server support "
+                "prompt_logprobs?"
+            )
         start = max(1, common_prefix(prefix_ids, ids))
         out = AnswerLogprobs(index, None, start)
         for position in range(start, len(ids)):
             entries = {int(t): v for t, v in steps[position].items()}
             forced = ids[position]
-            listed = sorted(((v["rank"], t, float(v["logprob"])) for t, v in entries.items()
-                             if int(v["rank"]) <= top_k), key=lambda e: (e[0], e[1]))
+            listed = sorted(
+                (
+                    (v["rank"], t, float(v["logprob"]))
+                    for t, v in entries.items()
+                    if int(v["rank"]) <= top_k
+                ),
+                key=lambda e: (e[0], e[1]),
+            )
             top_ids, top_lps = pad_top([(t, lp) for _, t, lp in listed], top_k)
             out.tokens.append(forced)
             out.logprobs.append(float(entries[forced]["logprob"]))
@@ -76,9 +89,11 @@ def parse_answer(index: int, prefix_ids: Sequence[int], body: Any, top_k: int) -
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, MalformedAnswer):
             raise
-        raise MalformedAnswer(f"not a prompt_logprobs answer ({type(exc).__name__}: {exc}); "
-                              "does this server support prompt_logprobs and "
-                              "return_token_ids?") from None
+        raise MalformedAnswer(
+            f"not a prompt_logprobs answer ({type(exc).__name__}: {exc}); "
+            "does this server support prompt_logprobs and "
+            "return_token_ids?"
+        ) from None
     return out
 
 
@@ -91,10 +106,20 @@ class Asked:
 
 
 class LogprobsClient:
-    def __init__(self, base_url: str, top_k: int, *, concurrency: int, timeout: float,
-                 retry: RetryPolicy | None = None,
-                 check_server: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        top_k: int,
+        *,
+        concurrency: int,
+        timeout: float,
+        retry: RetryPolicy | None = None,
+        check_server: Callable[[], None] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.base = base_url.rstrip("/")
+        # The launch's identity (its per-launch API key): a server that is not ours refuses us.
+        self.headers = dict(headers or {})
         self.top_k = top_k
         self.concurrency = concurrency
         self.timeout = timeout
@@ -125,8 +150,9 @@ class LogprobsClient:
         body = await self._post(http, "/v1/completions", completion_body(item.text, self.top_k))
         return parse_answer(item.index, prefix, body, self.top_k)
 
-    async def _one(self, http: aiohttp.ClientSession, gate: asyncio.Semaphore,
-                   item: ForcedText) -> Asked:
+    async def _one(
+        self, http: aiohttp.ClientSession, gate: asyncio.Semaphore, item: ForcedText
+    ) -> Asked:
         async with gate:
             attempt = 0
             while True:
@@ -141,12 +167,15 @@ class LogprobsClient:
                         return Asked(AnswerLogprobs(item.index, str(exc)), attempt)
                     await asyncio.sleep(self.retry.delay(attempt))
 
-    async def ask(self, items: Iterable[ForcedText],
-                  on_done: Callable[[Asked], None] = lambda a: None) -> list[Asked]:
+    async def ask(
+        self, items: Iterable[ForcedText], on_done: Callable[[Asked], None] = lambda a: None
+    ) -> list[Asked]:
         gate = asyncio.Semaphore(self.concurrency)
         connector = aiohttp.TCPConnector(limit=self.concurrency)
         timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=timeout, headers=self.headers
+        ) as http:
             tasks = [asyncio.ensure_future(self._one(http, gate, item)) for item in items]
             done: list[Asked] = []
             try:
@@ -161,8 +190,9 @@ class LogprobsClient:
         return sorted(done, key=lambda a: a.answer.index)
 
 
-def ask_all(client: LogprobsClient, items: Sequence[ForcedText],
-            on_done: Callable[[Asked], None]) -> list[Asked]:
+def ask_all(
+    client: LogprobsClient, items: Sequence[ForcedText], on_done: Callable[[Asked], None]
+) -> list[Asked]:
     return asyncio.run(client.ask(items, on_done))
 
 

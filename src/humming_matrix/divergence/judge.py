@@ -24,12 +24,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.compare import Cell
 from humming_matrix.divergence.metrics import QuestionDivergence, question_divergence, same_tokens
 from humming_matrix.divergence.record import DivergenceRecord, load_divergence_records
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.family import holm_adjust
-from humming_matrix.stats import binomial_upper_tail
+from humming_matrix.judge.compare import RunEnvironment
+from humming_matrix.judge.family import holm_adjust
+from humming_matrix.judge.stats import binomial_upper_tail
 
 # The config keys that shape the forced texts.
 PROMPT_KEYS = ("num_fewshot", "gen_prefix")
@@ -47,8 +47,11 @@ class Metric(str, Enum):
 
     @property
     def label(self) -> str:
-        return {"kl": "mean token KL (nats)", "top1_disagreement": "top-1 disagreement",
-                "abs_nll_change": "|answer NLL change| (nats)"}[self.value]
+        return {
+            "kl": "mean token KL (nats)",
+            "top1_disagreement": "top-1 disagreement",
+            "abs_nll_change": "|answer NLL change| (nats)",
+        }[self.value]
 
     def of(self, q: QuestionDivergence) -> float:
         if self is Metric.KL:
@@ -64,8 +67,8 @@ class Loaded:
     record: DivergenceRecord
 
     @property
-    def cell(self) -> Cell:
-        return Cell.of(self.record)
+    def cell(self) -> RunEnvironment:
+        return RunEnvironment.of(self.record)
 
     @property
     def order(self) -> tuple[str, str]:
@@ -96,10 +99,18 @@ class MetricTest:
         return self.adjusted_p <= alpha
 
     def to_json(self) -> dict[str, Any]:
-        return {"metric": self.metric.value, "candidate_mean": self.candidate_mean,
-                "floor_mean": self.floor_mean, "excess": self.excess, "above": self.above,
-                "below": self.below, "ties": self.ties, "share_above": self.share_above,
-                "p_value": self.p_value, "adjusted_p": self.adjusted_p}
+        return {
+            "metric": self.metric.value,
+            "candidate_mean": self.candidate_mean,
+            "floor_mean": self.floor_mean,
+            "excess": self.excess,
+            "above": self.above,
+            "below": self.below,
+            "ties": self.ties,
+            "share_above": self.share_above,
+            "p_value": self.p_value,
+            "adjusted_p": self.adjusted_p,
+        }
 
 
 @dataclass(frozen=True)
@@ -124,13 +135,23 @@ class ConfigDivergence:
 
     def to_json(self) -> dict[str, Any]:
         def side(loaded: Loaded) -> dict[str, Any]:
-            return {"path": str(loaded.path), "run_id": loaded.record.run_id,
-                    "environment": loaded.cell.label}
+            return {
+                "path": str(loaded.path),
+                "run_id": loaded.record.run_id,
+                "environment": loaded.cell.label,
+            }
 
-        return {"config": self.config, "verdict": self.verdict.value, "questions": self.questions,
-                "baseline": side(self.baseline), "replicate": side(self.replicate),
-                "candidate": side(self.candidate), "tests": [t.to_json() for t in self.tests],
-                "candidate_kl": list(self.candidate_kl), "floor_kl": list(self.floor_kl)}
+        return {
+            "config": self.config,
+            "verdict": self.verdict.value,
+            "questions": self.questions,
+            "baseline": side(self.baseline),
+            "replicate": side(self.replicate),
+            "candidate": side(self.candidate),
+            "tests": [t.to_json() for t in self.tests],
+            "candidate_kl": list(self.candidate_kl),
+            "floor_kl": list(self.floor_kl),
+        }
 
 
 @dataclass(frozen=True)
@@ -143,8 +164,12 @@ class DivergenceComparison:
         return any(c.verdict is Verdict.DIVERGED for c in self.configs)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tier": "divergence", "alpha": self.alpha, "diverged": self.diverged,
-                "configs": [c.to_json() for c in self.configs]}
+        return {
+            "tier": "divergence",
+            "alpha": self.alpha,
+            "diverged": self.diverged,
+            "configs": [c.to_json() for c in self.configs],
+        }
 
 
 def sign_test(differences: Sequence[float]) -> tuple[int, int, int, float]:
@@ -158,13 +183,18 @@ def sign_test(differences: Sequence[float]) -> tuple[int, int, int, float]:
 def _check(loaded: Loaded) -> None:
     record = loaded.record
     if record.startup is not None and record.startup.get("status") == "failed":
-        raise RecordError(loaded.path, "startup",
-                          f"the server of config {record.config.name} never became ready: "
-                          "nothing to compare")
+        raise RecordError(
+            loaded.path,
+            "startup",
+            f"the server of config {record.config.name} never became ready: nothing to compare",
+        )
     if not record.complete:
-        raise RecordError(loaded.path, "complete",
-                          f"divergence record {record.run_id} of config {record.config.name} is "
-                          "incomplete (the pass stopped early); compare refuses it")
+        raise RecordError(
+            loaded.path,
+            "complete",
+            f"divergence record {record.run_id} of config {record.config.name} is "
+            "incomplete (the pass stopped early); compare refuses it",
+        )
 
 
 def _check_pair(baseline: Loaded, other: Loaded) -> None:
@@ -174,38 +204,52 @@ def _check_pair(baseline: Loaded, other: Loaded) -> None:
     # token check below makes sure of, question by question.
     for key in PROMPT_KEYS:
         if b.config.fields.get(key) != o.config.fields.get(key):
-            raise RecordError(other.path, f"config.fields.{key}",
-                              f"{o.config.fields.get(key)!r} differs from the baseline's "
-                              f"{b.config.fields.get(key)!r} in {baseline.path}: the prompts "
-                              "differ")
+            raise RecordError(
+                other.path,
+                f"config.fields.{key}",
+                f"{o.config.fields.get(key)!r} differs from the baseline's "
+                f"{b.config.fields.get(key)!r} in {baseline.path}: the prompts "
+                "differ",
+            )
     if [q.index for q in b.questions] != [q.index for q in o.questions]:
-        raise RecordError(other.path, "questions",
-                          f"question set differs from the baseline's in {baseline.path}: "
-                          "run both with the same --limit")
+        raise RecordError(
+            other.path,
+            "questions",
+            f"question set differs from the baseline's in {baseline.path}: "
+            "run both with the same --limit",
+        )
     for i, (qb, qo) in enumerate(zip(b.questions, o.questions, strict=True)):
         if qb.answered and qo.answered and not same_tokens(qb, qo):
-            raise RecordError(other.path, f"questions[{i}].tokens",
-                              f"question {qb.index} was tokenized differently from the "
-                              f"baseline's in {baseline.path}: different tokenizers cannot be "
-                              "compared token by token")
+            raise RecordError(
+                other.path,
+                f"questions[{i}].tokens",
+                f"question {qb.index} was tokenized differently from the "
+                f"baseline's in {baseline.path}: different tokenizers cannot be "
+                "compared token by token",
+            )
 
 
 def divergences(baseline: Loaded, other: Loaded) -> dict[int, QuestionDivergence]:
     """Per question answered in both, the divergence of `other` from `baseline`."""
     _check_pair(baseline, other)
     kb, ko = baseline.record.top_k, other.record.top_k
-    return {qb.index: question_divergence(qb, qo, kb, ko)
-            for qb, qo in zip(baseline.record.questions, other.record.questions, strict=True)
-            if qb.answered and qo.answered}
+    return {
+        qb.index: question_divergence(qb, qo, kb, ko)
+        for qb, qo in zip(baseline.record.questions, other.record.questions, strict=True)
+        if qb.answered and qo.answered
+    }
 
 
 def _newest(location: Path, group: Sequence[Loaded]) -> Loaded:
     cells = sorted({g.cell.label for g in group})
     if len(cells) > 1:
-        raise RecordError(location, f"config {group[0].record.config.name}",
-                          f"divergence records from {len(cells)} environments "
-                          f"({'; '.join(cells)}); pass one record file or a directory of one "
-                          "environment")
+        raise RecordError(
+            location,
+            f"config {group[0].record.config.name}",
+            f"divergence records from {len(cells)} environments "
+            f"({'; '.join(cells)}); pass one record file or a directory of one "
+            "environment",
+        )
     return max(group, key=lambda g: g.order)
 
 
@@ -223,18 +267,22 @@ def find_replicate(baseline: Loaded, pools: Sequence[Sequence[Loaded]]) -> Loade
     for pool in pools:
         for loaded in pool:
             r = loaded.record
-            if (loaded.path.resolve() not in seen and r.complete
-                    and r.config.name == baseline.record.config.name
-                    and r.config.sha256 == baseline.record.config.sha256
-                    and loaded.cell == baseline.cell
-                    and r.run_id != baseline.record.run_id):
+            if (
+                loaded.path.resolve() not in seen
+                and r.complete
+                and r.config.name == baseline.record.config.name
+                and r.config.sha256 == baseline.record.config.sha256
+                and loaded.cell == baseline.cell
+                and r.run_id != baseline.record.run_id
+            ):
                 seen.add(loaded.path.resolve())
                 found.append(loaded)
     return max(found, key=lambda g: g.order, default=None)
 
 
-def compare_config(baseline: Loaded, replicate: Loaded, candidate: Loaded,
-                   alpha: float) -> ConfigDivergence:
+def compare_config(
+    baseline: Loaded, replicate: Loaded, candidate: Loaded, alpha: float
+) -> ConfigDivergence:
     """The tests of one config (raw p-values; `compare_divergence` adjusts them as a family)."""
     for loaded in (baseline, replicate, candidate):
         _check(loaded)
@@ -242,19 +290,32 @@ def compare_config(baseline: Loaded, replicate: Loaded, candidate: Loaded,
     f = divergences(baseline, replicate)
     common = sorted(set(d) & set(f))
     if not common:
-        raise RecordError(candidate.path, "questions",
-                          "no question was answered in the baseline, its replicate and the "
-                          "candidate alike")
+        raise RecordError(
+            candidate.path,
+            "questions",
+            "no question was answered in the baseline, its replicate and the candidate alike",
+        )
     tests = []
     for metric in Metric:
         cand = [metric.of(d[i]) for i in common]
         floor = [metric.of(f[i]) for i in common]
         above, below, ties, p = sign_test([c - fl for c, fl in zip(cand, floor, strict=True)])
-        tests.append(MetricTest(metric, statistics.fmean(cand), statistics.fmean(floor), above,
-                                below, ties, p, p))
-    return ConfigDivergence(baseline.record.config.name, baseline, replicate, candidate,
-                            len(common), tuple(tests), tuple(d[i].kl for i in common),
-                            tuple(f[i].kl for i in common), alpha)
+        tests.append(
+            MetricTest(
+                metric, statistics.fmean(cand), statistics.fmean(floor), above, below, ties, p, p
+            )
+        )
+    return ConfigDivergence(
+        baseline.record.config.name,
+        baseline,
+        replicate,
+        candidate,
+        len(common),
+        tuple(tests),
+        tuple(d[i].kl for i in common),
+        tuple(f[i].kl for i in common),
+        alpha,
+    )
 
 
 def adjust_family(configs: Sequence[ConfigDivergence]) -> tuple[ConfigDivergence, ...]:
@@ -262,24 +323,48 @@ def adjust_family(configs: Sequence[ConfigDivergence]) -> tuple[ConfigDivergence
     adjusted = iter(holm_adjust(flat))
     out = []
     for c in configs:
-        tests = tuple(MetricTest(t.metric, t.candidate_mean, t.floor_mean, t.above, t.below,
-                                 t.ties, t.p_value, next(adjusted)) for t in c.tests)
-        out.append(ConfigDivergence(c.config, c.baseline, c.replicate, c.candidate, c.questions,
-                                    tests, c.candidate_kl, c.floor_kl, c.alpha))
+        tests = tuple(
+            MetricTest(
+                t.metric,
+                t.candidate_mean,
+                t.floor_mean,
+                t.above,
+                t.below,
+                t.ties,
+                t.p_value,
+                next(adjusted),
+            )
+            for t in c.tests
+        )
+        out.append(
+            ConfigDivergence(
+                c.config,
+                c.baseline,
+                c.replicate,
+                c.candidate,
+                c.questions,
+                tests,
+                c.candidate_kl,
+                c.floor_kl,
+                c.alpha,
+            )
+        )
     return tuple(out)
 
 
-def compare_divergence(baseline: Path, candidate: Path, alpha: float = 0.05,
-                       floor: Sequence[Path] = (),
-                       load: Callable[[Path], dict[str, list[Loaded]]] = _by_config,
-                       ) -> DivergenceComparison:
+def compare_divergence(
+    baseline: Path,
+    candidate: Path,
+    alpha: float = 0.05,
+    floor: Sequence[Path] = (),
+    load: Callable[[Path], dict[str, list[Loaded]]] = _by_config,
+) -> DivergenceComparison:
     """`compare --tier divergence BASELINE CANDIDATE`: each config on both sides, judged against
     the floor found beside the baseline (or in `floor`)."""
     if not 0.0 < alpha < 0.5:
         raise UsageError(f"--alpha must be in (0, 0.5), got {alpha}")
     base, cand = load(baseline), load(candidate)
-    extra = [loaded for location in floor for group in load(location).values()
-             for loaded in group]
+    extra = [loaded for location in floor for group in load(location).values() for loaded in group]
     if not base:
         raise RecordError(baseline, None, "holds no divergence record")
     if not cand:
@@ -287,8 +372,11 @@ def compare_divergence(baseline: Path, candidate: Path, alpha: float = 0.05,
     missing = sorted(set(base) ^ set(cand))
     if missing:
         where, other = (candidate, baseline) if missing[0] in base else (baseline, candidate)
-        raise RecordError(where, f"config {missing[0]}",
-                          f"no divergence record of this config, but {other} has one")
+        raise RecordError(
+            where,
+            f"config {missing[0]}",
+            f"no divergence record of this config, but {other} has one",
+        )
     results = []
     for name in sorted(base):
         b = _newest(baseline, base[name])
@@ -301,6 +389,7 @@ def compare_divergence(baseline: Path, candidate: Path, alpha: float = 0.05,
             raise UsageError(
                 f"config {name}: no A/A floor for baseline {b.path}: the baseline's environment "
                 f"({b.cell.label}) needs a second divergence record of the same config "
-                "(`humming-matrix divergence run --repeat 2`, or --floor PATH)")
+                "(`humming-matrix divergence run --repeat 2`, or --floor PATH)"
+            )
         results.append(compare_config(b, r, c, alpha))
     return DivergenceComparison(alpha, adjust_family(results))

@@ -42,8 +42,7 @@ class QuestionDivergence:
 
 
 def same_tokens(baseline: AnswerLogprobs, candidate: AnswerLogprobs) -> bool:
-    return (baseline.span_start == candidate.span_start
-            and baseline.tokens == candidate.tokens)
+    return baseline.span_start == candidate.span_start and baseline.tokens == candidate.tokens
 
 
 def _xlogy_ratio(p: float, q: float) -> float:
@@ -52,8 +51,9 @@ def _xlogy_ratio(p: float, q: float) -> float:
     return p * (math.log(p) - math.log(max(q, MIN_PROBABILITY)))
 
 
-def position_kl(baseline: AnswerLogprobs, candidate: AnswerLogprobs, position: int,
-                k_base: int, k_cand: int) -> float:
+def position_kl(
+    baseline: AnswerLogprobs, candidate: AnswerLogprobs, position: int, k_base: int, k_cand: int
+) -> float:
     """KL(P||Q) over the baseline's top-k, the forced token, and a tail bin (module doc)."""
     forced = baseline.tokens[position]
     p = {token: math.exp(lp) for token, lp in baseline.top(position, k_base)}
@@ -74,8 +74,9 @@ def position_kl(baseline: AnswerLogprobs, candidate: AnswerLogprobs, position: i
     return max(0.0, kl)
 
 
-def question_divergence(baseline: AnswerLogprobs, candidate: AnswerLogprobs, k_base: int,
-                        k_cand: int) -> QuestionDivergence:
+def question_divergence(
+    baseline: AnswerLogprobs, candidate: AnswerLogprobs, k_base: int, k_cand: int
+) -> QuestionDivergence:
     """The divergence of one question's answer; both must hold the same tokens
     (`same_tokens`)."""
     if not same_tokens(baseline, candidate):

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from humming_matrix import environment, server
-from humming_matrix.client import RetryPolicy
-from humming_matrix.config import EvalConfig
+from humming_matrix import environment
 from humming_matrix.divergence.asking import Asked, LogprobsClient, ask_all, empty_answer
 from humming_matrix.divergence.record import (
     AnswerLogprobs,
@@ -28,7 +26,17 @@ from humming_matrix.divergence.record import (
 from humming_matrix.divergence.teacher import ForcedText, forced_texts
 from humming_matrix.errors import InfrastructureError, RequestError, ServerStartError
 from humming_matrix.progress import Progress
-from humming_matrix.results import ConfigInfo, Timings, new_run_id, redact, utc_now_iso
+from humming_matrix.store.results import (
+    ConfigInfo,
+    Secrets,
+    Timings,
+    new_run_id,
+    redact_config_env,
+    utc_now_iso,
+)
+from humming_matrix.suite import server
+from humming_matrix.suite.client import RetryPolicy
+from humming_matrix.suite.config import EvalConfig
 
 DEFAULT_TOP_K = 5
 NOT_ASKED = "not asked: the pass stopped first"
@@ -66,9 +74,15 @@ def server_args(config: EvalConfig, top_k: int) -> tuple[str, ...]:
 class _Pass:
     """Answers accumulate as they arrive, so a pass cut short still leaves a record."""
 
-    def __init__(self, config: EvalConfig, items: list[ForcedText], env: dict[str, Any],
-                 server_info: dict[str, Any], top_k: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: EvalConfig,
+        items: list[ForcedText],
+        env: dict[str, Any],
+        server_info: dict[str, Any],
+        top_k: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config, self.items, self.env, self.server_info = config, items, env, server_info
         self.top_k = top_k
         self.clock = clock
@@ -111,25 +125,47 @@ class _Pass:
             run_id=self.run_id,
             created=utc_now_iso(),
             complete=complete,
-            config=ConfigInfo(self.config.name, str(self.config.path), self.config.sha256,
-                              dict(self.config.fields)),
+            config=ConfigInfo(
+                self.config.name,
+                str(self.config.path),
+                self.config.sha256,
+                dict(self.config.fields),
+            ),
             environment=self.env,
             top_k=self.top_k,
             # Not `get() or`: an answer with no tokens (an error) is falsy.
-            questions=tuple(self.answers[i.index] if i.index in self.answers
-                            else empty_answer(i.index, self.unasked) for i in self.items),
+            questions=tuple(
+                self.answers[i.index]
+                if i.index in self.answers
+                else empty_answer(i.index, self.unasked)
+                for i in self.items
+            ),
             server=dict(self.server_info),
-            timings=Timings(float(seconds) if isinstance(seconds, (int, float)) else None,
-                            self.startup_seconds, asking),
+            timings=Timings(
+                float(seconds) if isinstance(seconds, (int, float)) else None,
+                self.startup_seconds,
+                asking,
+            ),
             startup=self.startup,
         )
 
 
-def _client(config: EvalConfig, url: str, options: PassOptions,
-            check: Callable[[], None] | None) -> LogprobsClient:
-    return LogprobsClient(url, options.top_k, concurrency=config.concurrency,
-                          timeout=config.request_timeout_seconds,
-                          retry=RetryPolicy(retries=options.retries), check_server=check)
+def _client(
+    config: EvalConfig,
+    url: str,
+    options: PassOptions,
+    check: Callable[[], None] | None,
+    headers: Mapping[str, str] | None = None,
+) -> LogprobsClient:
+    return LogprobsClient(
+        url,
+        options.top_k,
+        concurrency=config.concurrency,
+        timeout=config.request_timeout_seconds,
+        retry=RetryPolicy(retries=options.retries),
+        check_server=check,
+        headers=headers,
+    )
 
 
 def _finish(one: _Pass, options: PassOptions, progress: Progress) -> DivergenceRecord:
@@ -138,7 +174,8 @@ def _finish(one: _Pass, options: PassOptions, progress: Progress) -> DivergenceR
         raise RequestError(
             f"{one.config.name}: {one.error_count} divergence requests failed after "
             f"{options.retries} retries (allowed {options.max_errors}); partial record saved: "
-            f"{path}")
+            f"{path}"
+        )
     record = one.record(complete=True)
     path = one.save(options.results, record)
     print(summary_line(record, path), flush=True)
@@ -147,57 +184,75 @@ def _finish(one: _Pass, options: PassOptions, progress: Progress) -> DivergenceR
 
 def summary_line(record: DivergenceRecord, path: Path) -> str:
     seconds = record.timings.asking if record.timings else 0.0
-    return (f"DONE {record.config.name}: {len(record.questions)} questions, "
-            f"{record.token_count} answer tokens, top-{record.top_k}, errors "
-            f"{record.error_count}, {seconds:.1f} s -> {path}")
+    return (
+        f"DONE {record.config.name}: {len(record.questions)} questions, "
+        f"{record.token_count} answer tokens, top-{record.top_k}, errors "
+        f"{record.error_count}, {seconds:.1f} s -> {path}"
+    )
 
 
-def run_passes(config: EvalConfig, options: PassOptions,
-               progress: Progress) -> list[DivergenceRecord]:
+def run_passes(
+    config: EvalConfig, options: PassOptions, progress: Progress
+) -> list[DivergenceRecord]:
     """`options.repeat` passes of one config against one server; one record each."""
     count = min(config.num_questions, options.limit) if options.limit else config.num_questions
     items = forced_texts(count, config.num_fewshot, config.gen_prefix)
     env = environment.capture()
     args = server_args(config, options.top_k)
     spec = server.ServerSpec(config.model_name, args, config.env, config.startup_max_wait_seconds)
-    info: dict[str, Any] = {"model": config.model_name, "args": list(args),
-                            "env": redact(config.env)}
+    secrets = Secrets.gather(args, config.env, ())
+    info: dict[str, Any] = {
+        "model": config.model_name,
+        "args": secrets.argv(args),
+        "env": redact_config_env(config.env),
+    }
     records: list[DivergenceRecord] = []
     one = _Pass(config, items, env, info, options.top_k)
     try:
         if options.endpoint:
             info.update(endpoint=options.endpoint, launched=False)
+            server.check_endpoint(options.endpoint)
             for _ in range(options.repeat):
                 one = _Pass(config, items, env, info, options.top_k)
-                progress.stage(f"{config.name}: divergence pass, {len(items)} questions -> "
-                               f"{options.endpoint}")
+                progress.stage(
+                    f"{config.name}: divergence pass, {len(items)} questions -> {options.endpoint}"
+                )
                 one.ask(_client(config, options.endpoint, options, None), progress)
                 records.append(_finish(one, options, progress))
             return records
         log_path = options.results / f"divergence__{config.name}__{one.run_id}.server.log"
         effective = server.server_environment(spec, os.environ)
-        info.update(launched=True, log=log_path.name,
-                    environment=redact(server.recorded_environment(effective)))
+        info.update(
+            launched=True,
+            log=log_path.name,
+            environment=secrets.environment(server.recorded_environment(effective)),
+        )
         progress.stage(f"{config.name}: starting vllm serve {config.model_name} (log: {log_path})")
         with server.launch(spec, log_path) as running:
-            info.update(command=list(running.command), endpoint=running.url)
+            info.update(command=running.secrets.argv(running.command), endpoint=running.url)
             report = running.startup
             for n in range(options.repeat):
                 if n:
                     one = _Pass(config, items, env, info, options.top_k)
                 if report is not None:
                     one.startup, one.startup_seconds = report.to_json(), report.seconds
-                progress.stage(f"{config.name}: server ready; divergence pass {n + 1}/"
-                               f"{options.repeat}, {len(items)} questions")
-                one.ask(_client(config, running.url, options, running.check), progress)
+                progress.stage(
+                    f"{config.name}: server ready; divergence pass {n + 1}/"
+                    f"{options.repeat}, {len(items)} questions"
+                )
+                one.ask(
+                    _client(config, running.url, options, running.check, running.headers), progress
+                )
                 records.append(_finish(one, options, progress))
         progress.stage(f"{config.name}: server stopped")
     except ServerStartError as exc:
         one.startup, one.startup_seconds = exc.report.to_json(), exc.report.seconds
         one.unasked = NOT_STARTED
         path = one.save(options.results, one.record(complete=False))
-        progress.stage(f"{config.name}: the server never became ready "
-                       f"({exc.report.phase.label}); record saved: {path}")
+        progress.stage(
+            f"{config.name}: the server never became ready "
+            f"({exc.report.phase.label}); record saved: {path}"
+        )
         raise
     except (InfrastructureError, KeyboardInterrupt):
         if one.answers and one.saved is None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import RecordError
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     ConfigInfo,
     Timings,
     _Reader,
@@ -174,7 +174,9 @@ class DivergenceRecord:
             environment=reader.get(data, "environment", dict),
             server=reader.get(data, "server", dict, default={}),
             startup=reader.get(data, "startup", (dict, type(None)), default=None),
-            timings=None if timings is None else Timings(
+            timings=None
+            if timings is None
+            else Timings(
                 install=reader.get(timings, "install", (int, float, type(None)), "timings"),
                 startup=reader.get(timings, "startup", (int, float, type(None)), "timings"),
                 asking=reader.get(timings, "asking", (int, float), "timings"),
@@ -184,24 +186,31 @@ class DivergenceRecord:
         )
 
 
-def _question(reader: _Reader, q: Mapping[str, Any], where: str, top_k: int,
-              path: Path) -> AnswerLogprobs:
+def _question(
+    reader: _Reader, q: Mapping[str, Any], where: str, top_k: int, path: Path
+) -> AnswerLogprobs:
     index = reader.get(q, "index", int, where)
     error = reader.get(q, "error", (str, type(None)), where)
     if error is not None:
         return AnswerLogprobs(index, error)
     arrays = {
         name: _decode(reader.get(q, name, str, where), code, path, f"{where}.{name}")
-        for name, code in (("tokens", "i"), ("logprobs", "f"), ("top_ids", "i"),
-                           ("top_logprobs", "f"))
+        for name, code in (
+            ("tokens", "i"),
+            ("logprobs", "f"),
+            ("top_ids", "i"),
+            ("top_logprobs", "f"),
+        )
     }
     n = len(arrays["tokens"])
     expected = {"tokens": n, "logprobs": n, "top_ids": n * top_k, "top_logprobs": n * top_k}
     for name, length in expected.items():
         if len(arrays[name]) != length:
-            raise RecordError(path, f"{where}.{name}",
-                              f"{len(arrays[name])} values, expected {length} "
-                              f"({n} tokens, top_k {top_k})")
+            raise RecordError(
+                path,
+                f"{where}.{name}",
+                f"{len(arrays[name])} values, expected {length} ({n} tokens, top_k {top_k})",
+            )
     return AnswerLogprobs(index, None, reader.get(q, "span_start", int, where), **arrays)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from humming_matrix.compare import Cell
 from humming_matrix.divergence.judge import (
     DivergenceComparison,
     Loaded,
@@ -21,16 +20,18 @@ from humming_matrix.divergence.judge import (
 )
 from humming_matrix.divergence.record import load_divergence_records
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.report_rows import choose_baseline, version_key
+from humming_matrix.judge.compare import RunEnvironment
+from humming_matrix.report.rows import choose_baseline, version_key
 
 
-def build_divergence_report(store: Path, alpha: float = 0.05,
-                            baseline_version: str | None = None) -> DivergenceComparison:
+def build_divergence_report(
+    store: Path, alpha: float = 0.05, baseline_version: str | None = None
+) -> DivergenceComparison:
     if not store.is_dir():
         raise RecordError(store, None, "not a directory")
     if not 0.0 < alpha < 0.5:
         raise UsageError(f"--alpha must be in (0, 0.5), got {alpha}")
-    groups: dict[tuple[Cell, str], list[Loaded]] = defaultdict(list)
+    groups: dict[tuple[RunEnvironment, str], list[Loaded]] = defaultdict(list)
     for path, record in load_divergence_records(store):
         if record.complete:
             loaded = Loaded(path, record)
@@ -40,8 +41,9 @@ def build_divergence_report(store: Path, alpha: float = 0.05,
     cells = sorted({cell for cell, _ in groups}, key=version_key)
     baseline = choose_baseline(cells, baseline_version, "divergence ")
     results = []
-    for (cell, name), group in sorted(groups.items(), key=lambda kv: (kv[0][1],
-                                                                      version_key(kv[0][0]))):
+    for (cell, name), group in sorted(
+        groups.items(), key=lambda kv: (kv[0][1], version_key(kv[0][0]))
+    ):
         if cell == baseline or (baseline, name) not in groups:
             continue
         base_group = groups[(baseline, name)]  # type: ignore[index]
@@ -50,6 +52,7 @@ def build_divergence_report(store: Path, alpha: float = 0.05,
         if r is None:
             raise UsageError(
                 f"config {name}: the baseline environment ({b.cell.label}) has one divergence "
-                "record; its A/A floor needs two (`humming-matrix divergence run --repeat 2`)")
+                "record; its A/A floor needs two (`humming-matrix divergence run --repeat 2`)"
+            )
         results.append(compare_config(b, r, max(group, key=lambda g: g.order), alpha))
     return DivergenceComparison(alpha, adjust_family(results))

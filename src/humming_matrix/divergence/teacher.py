@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from humming_matrix import gsm8k
+from humming_matrix.suite import gsm8k
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,17 @@ class BuiltLayer:
             block=block,
         )
 
+    def kernel_config(self, moe: Moe | None, rows: int) -> Any:
+        """What this release picked for the call (the MoE GEMM's tuning config: block shape,
+        stages, ...), JSON-safe; None where the release does not say."""
+        if moe is None:
+            return None
+        config, _ = self.moe_tuning(rows)
+        return {
+            k: v if isinstance(v, int | float | str | bool | None) else str(v)
+            for k, v in config.items()
+        }
+
     def call(self, x: torch.Tensor, moe: Moe | None) -> Callable[[], torch.Tensor]:
         """A no-argument function that runs the layer once on `x` (and the routing)."""
         n = self.case.shape_n
@@ -149,14 +160,21 @@ def checkpoint_tensors(
             "weight_scale": torch.from_numpy(weights.scales).view(torch.float8_e8m0fnu),
         }
     assert isinstance(weights, GptqWeights)
-    n, k = weights.codes.shape
+    n, k = weights.codes.shape[-2:]
     g = case.group_size
     config = {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": False, "sym": True}
+    scales = np.ascontiguousarray(np.swapaxes(weights.scales, -1, -2))
+    qzeros = gptq_qzeros(n, k, g)
+    g_idx = np.arange(k, dtype=np.int32) // g
+    if weights.codes.ndim == 3:  # experts: the same tensors with a leading expert dimension
+        e = weights.codes.shape[0]
+        qzeros = np.broadcast_to(qzeros, (e, *qzeros.shape)).copy()
+        g_idx = np.broadcast_to(g_idx, (e, k)).copy()
     return config, {
         "qweight": torch.from_numpy(pack_gptq_qweight(weights.codes)),
-        "scales": torch.from_numpy(np.ascontiguousarray(weights.scales.T)).to(torch.bfloat16),
-        "qzeros": torch.from_numpy(gptq_qzeros(n, k, g)),
-        "g_idx": torch.from_numpy(np.arange(k, dtype=np.int32) // g),
+        "scales": torch.from_numpy(scales).to(torch.bfloat16),
+        "qzeros": torch.from_numpy(qzeros),
+        "g_idx": torch.from_numpy(g_idx),
     }
 
 
@@ -167,7 +185,10 @@ def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLaye
     except ImportError as exc:
         raise Unsupported(f"humming.layer.HummingLayer: {exc}") from exc
     weight_config, tensors = checkpoint_tensors(case, weights)
-    input_config = {"dtype": "float8e4m3"} if case.activation is Activation.FP8_E4M3 else None
+    input_config = {
+        Activation.FP8_E4M3: {"dtype": "float8e4m3"},
+        Activation.INT8: {"dtype": "int8"},
+    }.get(case.activation)
     with torch.cuda.device(device):
         layer = HummingLayer(
             shape_n=case.shape_n,
@@ -195,8 +216,9 @@ def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLaye
                 # Checkpoint bytes are bytes: e8m0 scales stored as uint8 are the same exponents.
                 # load_state_dict would convert values instead (2**-7 -> 0 as uint8).
                 if tensor.element_size() != torch.empty((), dtype=want).element_size():
-                    raise Unsupported(f"tensor {name!r}: layer wants {want}, checkpoint is "
-                                      f"{tensor.dtype}")
+                    raise Unsupported(
+                        f"tensor {name!r}: layer wants {want}, checkpoint is {tensor.dtype}"
+                    )
                 tensors[name] = tensor.view(want)
         layer.load_from_tensors(tensors)
         layer = layer.to(device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -26,6 +26,20 @@ class WeightScheme(str, Enum):
 class Activation(str, Enum):
     BF16 = "bf16"
     FP8_E4M3 = "fp8-e4m3"  # dynamic, one scale per token (absmax / 448)
+    INT8 = "int8"  # dynamic, one scale per token (absmax / 127)
+
+    @property
+    def quantized(self) -> bool:
+        return self is not Activation.BF16
+
+
+class WeightDist(str, Enum):
+    """How the checkpoint's scales are drawn (see `inputs.make_weights`)."""
+
+    CHECKPOINT = "checkpoint"  # like a real checkpoint's: rows and groups spread a few binades
+    # Scales spread as far as the format lets them within one tensor: near-dead experts (and
+    # rows) at the bottom of the range, outlier groups at the top.
+    WIDE_SCALES = "wide-scales"
 
 
 class GemmKind(str, Enum):
@@ -48,6 +62,8 @@ class KernelCase:
     shards: tuple[int, ...]
     num_experts: int = 0
     top_k: int = 1
+    layer: str = ""  # q/k/v, o_proj, gate/up, down: which of the model's layers this is
+    weights: WeightDist = WeightDist.CHECKPOINT
 
     def __post_init__(self) -> None:
         if sum(self.shards) != self.shape_n:
@@ -61,7 +77,10 @@ class KernelCase:
 
     def weight_key(self) -> str:
         """Cases that differ only in activation type share the same weights."""
-        return f"{self.scheme.value}-{self.kind.value}-{self.model}-{self.shape_n}x{self.shape_k}"
+        key = f"{self.scheme.value}-{self.kind.value}-{self.model}-{self.shape_n}x{self.shape_k}"
+        if self.weights is not WeightDist.CHECKPOINT:
+            key += f"-{self.weights.value}"
+        return key
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +94,8 @@ class KernelCase:
             "shards": list(self.shards),
             "num_experts": self.num_experts,
             "top_k": self.top_k,
+            "layer": self.layer,
+            "weights": self.weights.value,
         }
 
     @classmethod
@@ -90,76 +111,18 @@ class KernelCase:
             shards=tuple(int(s) for s in data["shards"]),
             num_experts=int(data["num_experts"]),
             top_k=int(data["top_k"]),
+            layer=str(data.get("layer", "")),
+            weights=WeightDist(data.get("weights", WeightDist.CHECKPOINT.value)),
         )
 
 
-def _both_activations(case: KernelCase) -> tuple[KernelCase, KernelCase]:
-    return case, replace(
-        case, name=case.name.replace("-bf16-", "-fp8-"), activation=Activation.FP8_E4M3
-    )
-
-
-# gpt-oss-20b attention: hidden 2880, 64 query heads and 8 KV heads of 64 -> fused q/k/v 5120.
-_QKV = KernelCase(
-    name="mxfp4-bf16-qkv-gpt-oss-20b",
-    model="gpt-oss-20b",
-    scheme=WeightScheme.MXFP4,
-    activation=Activation.BF16,
-    kind=GemmKind.DENSE,
-    shape_n=5120,
-    shape_k=2880,
-    shards=(4096, 512, 512),
-)
-# Qwen3-30B-A3B experts: hidden 2048, expert intermediate 768 (gate/up fused: 1536), 128, top 8.
-_MOE_QWEN = KernelCase(
-    name="moe-mxfp4-bf16-qwen3-30b-a3b",
-    model="qwen3-30b-a3b",
-    scheme=WeightScheme.MXFP4,
-    activation=Activation.BF16,
-    kind=GemmKind.MOE,
-    shape_n=1536,
-    shape_k=2048,
-    shards=(768, 768),
-    num_experts=128,
-    top_k=8,
-)
-# gpt-oss-20b experts: hidden 2880, intermediate 2880 (gate/up fused: 5760), 32 experts, top 4.
-_MOE_GPT_OSS = KernelCase(
-    name="moe-mxfp4-bf16-gpt-oss-20b",
-    model="gpt-oss-20b",
-    scheme=WeightScheme.MXFP4,
-    activation=Activation.BF16,
-    kind=GemmKind.MOE,
-    shape_n=5760,
-    shape_k=2880,
-    shards=(2880, 2880),
-    num_experts=32,
-    top_k=4,
-)
-# A GPTQ int4 group-128 dense layer: Qwen3-8B's fused gate/up (hidden 4096, intermediate 12288).
-_GPTQ = KernelCase(
-    name="gptq-int4-g128-bf16-gate-up-qwen3-8b",
-    model="qwen3-8b",
-    scheme=WeightScheme.GPTQ_INT4_G128,
-    activation=Activation.BF16,
-    kind=GemmKind.DENSE,
-    shape_n=24576,
-    shape_k=4096,
-    shards=(12288, 12288),
-)
-
-SUITE: tuple[KernelCase, ...] = (
-    *_both_activations(_QKV),
-    *_both_activations(_MOE_QWEN),
-    *_both_activations(_MOE_GPT_OSS),
-    _GPTQ,
-)
-
-DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 64, 2048)
+# Decode (1, 16: vLLM captures CUDA graphs there), mid (128) and prefill (2048); --full adds more.
+DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 16, 128, 2048)
+FULL_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 def select_cases(
-    patterns: Sequence[str] | None, suite: Sequence[KernelCase] = SUITE
+    patterns: Sequence[str] | None, suite: Sequence[KernelCase]
 ) -> tuple[KernelCase, ...]:
     """Cases whose name matches any of the shell-style patterns (all cases when none given)."""
     if not patterns:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightDist, WeightScheme
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
@@ -57,7 +57,8 @@ class Mxfp4Weights:
 
 @dataclass(frozen=True)
 class GptqWeights:
-    """codes: (N, K) uint8 in 0..15 (value = code - 8); scales: (N, K/128) float32 (bf16 values)."""
+    """codes: (E?, N, K) uint8 in 0..15 (value = code - 8); scales: (E?, N, K/128) float32
+    (bf16 values)."""
 
     codes: U8
     scales: F32
@@ -101,26 +102,56 @@ def _row_exponents(case: KernelCase, rng: np.random.Generator, base: int) -> npt
     return (base + offsets[None, :] + spread + outliers).astype(np.int32)
 
 
+def _wide(
+    rng: np.random.Generator, shape: tuple[int, ...], low: int, high: int
+) -> npt.NDArray[np.int32]:
+    """Scale exponents stepping across [low, high] within one tensor: each expert (or the dense
+    tensor) gets a span that grows from a few binades to the whole range, 2 % of groups are
+    outliers at the top, and 1/8 of the experts are near-dead (their scales at the bottom)."""
+    experts = shape[0]
+    span = np.linspace(4, high - low, experts).round().astype(np.int32)
+    centre = (low + high) // 2
+    out = centre + rng.integers(-1, 2, shape) * (span[:, None, None] // 2)
+    out = out + rng.integers(-2, 3, shape)
+    out = np.where(rng.random(shape) < 0.02, high, out)
+    dead = rng.permutation(experts)[: max(experts // 8, 0)]
+    out[dead] = low + rng.integers(0, 2, out[dead].shape)
+    return np.clip(out, low, high).astype(np.int32)
+
+
 def make_weights(case: KernelCase, seed: int) -> Weights:
     rng = np.random.default_rng([seed, 0x57])
     experts = max(case.num_experts, 1)
     n, k, g = case.shape_n, case.shape_k, case.group_size
+    wide = case.weights is WeightDist.WIDE_SCALES
     if case.scheme is WeightScheme.MXFP4:
         magnitude = _lut(_E2M1_MAGNITUDE_WEIGHTS)[rng.integers(0, 256, (experts, n, k), np.uint8)]
         sign = rng.integers(0, 2, (experts, n, k), np.uint8) << np.uint8(3)
         codes = (magnitude | sign).astype(np.uint8)
-        # Group max near 6 * 2**(e - 127) ~ 0.05 for a typical row: e ~ 120.
-        rows = _row_exponents(case, rng, base=E8M0_BIAS - 7)
-        jitter = rng.integers(-2, 1, (experts, n, k // g))
-        scales = np.clip(rows[:, :, None] + jitter, 1, 254).astype(np.uint8)
+        if wide:
+            # e8m0 exponents whose values keep products finite in bf16/fp32: 2**-40 .. 2**20.
+            scales = _wide(rng, (experts, n, k // g), E8M0_BIAS - 40, E8M0_BIAS + 20).astype(
+                np.uint8
+            )
+        else:
+            # Group max near 6 * 2**(e - 127) ~ 0.05 for a typical row: e ~ 120.
+            rows = _row_exponents(case, rng, base=E8M0_BIAS - 7)
+            jitter = rng.integers(-2, 1, (experts, n, k // g))
+            scales = np.clip(rows[:, :, None] + jitter, 1, 254).astype(np.uint8)
         if case.kind is GemmKind.DENSE:
             codes, scales = codes[0], scales[0]
         return Mxfp4Weights(codes=codes, scales=scales)
-    codes = _lut(_GPTQ_CODE_WEIGHTS)[rng.integers(0, 256, (n, k), np.uint8)]
-    rows = _row_exponents(case, rng, base=-10)[0]
-    mantissa = 1.0 + rng.random((n, k // g))
-    scales = bf16_round((mantissa * np.exp2(rows[:, None])).astype(np.float32))
-    return GptqWeights(codes=codes.astype(np.uint8), scales=scales)
+    codes = _lut(_GPTQ_CODE_WEIGHTS)[rng.integers(0, 256, (experts, n, k), np.uint8)]
+    mantissa = 1.0 + rng.random((experts, n, k // g))
+    if wide:
+        exps = _wide(rng, (experts, n, k // g), -30, 10).astype(np.float64)
+    else:
+        exps = _row_exponents(case, rng, base=-10)[:, :, None].astype(np.float64)
+    group_scales = bf16_round((mantissa * np.exp2(exps)).astype(np.float32))
+    gptq_codes = codes.astype(np.uint8)
+    if case.kind is GemmKind.DENSE:
+        gptq_codes, group_scales = gptq_codes[0], group_scales[0]
+    return GptqWeights(codes=gptq_codes, scales=group_scales)
 
 
 def make_activations(m: int, k: int, seed: int) -> F32:
@@ -151,7 +182,10 @@ def pack_mxfp4(codes: U8) -> npt.NDArray[np.int8]:
 
 
 def pack_gptq_qweight(codes: U8) -> I32:
-    """GPTQ `qweight`: (K/8, N) int32, eight 4-bit codes along K per word, lowest bits first."""
+    """GPTQ `qweight`: (K/8, N) int32, eight 4-bit codes along K per word, lowest bits first;
+    (E, K/8, N) for experts."""
+    if codes.ndim == 3:
+        return np.stack([pack_gptq_qweight(c) for c in codes])
     n, k = codes.shape
     by_k = codes.T.astype(np.uint32).reshape(k // 8, 8, n)
     shifts = (np.arange(8, dtype=np.uint32) * 4)[None, :, None]

@@ -1,25 +1,22 @@
-"""Judging kernel results: one run's states, and a candidate's verdicts against a baseline.
+"""Judging kernel results: a candidate's verdicts against a baseline (one run's states are
+`kernels.assess`; re-exported here).
 
-One run (`assess_case`). A batch is `nonfinite` if any output is NaN or Inf, `fail` if its mean
-relative error exceeds REL_TOLERANCE x its floor (the error of the float32 reference rounded to
-bf16, which no bf16-output kernel can beat) or its worst channel exceeds WORST_ROW_TOLERANCE x the
-floor, `error` if the call raised. A case takes its worst batch's state, or is `unsupported`,
-`error`, `hang` or `crash` as a whole.
-
-Two sets of runs (`compare_kernel_records`). Per case and batch size:
+Two sets of runs (`compare_kernel_records`), every batch re-assessed by the current tolerance.
+Per case and batch size, on identical input bytes (else `incomparable`):
 
 * `newly-broken`: the baseline produced finite numbers and the candidate does not (NaN, Inf,
-  hang, crash, error, build failure or unsupported);
-* `regressed` also when the candidate is out of the run tolerance (`fail`) and the baseline was
-  not, however erratic the candidate's draws (a race makes them so);
-* `regressed` / `improved`: the mean relative error moved by more than the noise, where noise =
-  3 x the standard error of the difference of means over the input draws (each run draws `draws`
-  independent activation sets, and several records per side pool their draws), and by more than
-  the case's bf16 floor; so a change is flagged only if it is larger than what redrawing the
-  inputs moves and larger than the output format's own rounding;
-* `changed`: only the worst channel got worse by that much, and it is still within the run
-  tolerance (WORST_ROW_TOLERANCE x floor); reported, never failing: a retiled kernel moves single
-  channels without making the layer worse (worse than tolerance is `regressed`, below);
+  hang, crash, error, build failure or unsupported); `still-broken` when neither did;
+* `worse`: the mean relative error rose by more than the noise, where noise = 3 x the standard
+  error of the difference of means over the input draws (several records per side pool their
+  draws), and by more than the case's bf16 floor; also when the candidate is out of tolerance or
+  not bit-identical on relaunch and the baseline was neither, however erratic its draws;
+  `improved` the other way;
+* `fixed`: out of tolerance (or nondeterministic, or broken) before, within tolerance now;
+* `same` / `changed`: where both sides are bit-identical on relaunch, identical output bytes are
+  `same` and different ones `changed`, with the size of the change and whether it moved toward
+  or away from the reference; without usable hashes, a worst channel that moved beyond noise
+  and floor is `changed`. Never failing: a retiled kernel changes bytes, not quality;
+* a changed kernel configuration (the MoE GEMM's tuning: block shape, stages) is named;
 * timing: `slower` / `faster` when |ln(ratio of medians)| exceeds 3 x the combined relative
   spread (1.4826 x MAD / median of each side's samples, and the spread of per-run medians when
   a side has several runs). A `slower` fails a gate (`fail_on_slowdown`) only when both sides
@@ -40,91 +37,41 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import ExitCode, RecordError
+from humming_matrix.kernels.assess import (
+    REL_TOLERANCE,
+    WORST_ROW_TOLERANCE,
+    CaseState,
+    assess_batch,
+    assess_case,
+    num,
+)
+from humming_matrix.kernels.record import check_kernel_record, load_kernel_record
 
-REL_TOLERANCE = 16.0  # x floor, for the whole output
-WORST_ROW_TOLERANCE = 64.0  # x floor, for the worst of N channels
+__all__ = [
+    "REL_TOLERANCE",
+    "WORST_ROW_TOLERANCE",
+    "CaseState",
+    "CaseVerdict",
+    "KernelComparison",
+    "TimeVerdict",
+    "Verdict",
+    "assess_batch",
+    "assess_case",
+    "compare_kernel_records",
+]
+
 NOISE_SIGMAS = 3.0
 MAD_TO_SD = 1.4826
-
-
-class CaseState(str, Enum):
-    OK = "ok"
-    FAIL = "fail"  # numbers out of tolerance
-    NONFINITE = "nonfinite"
-    UNSUPPORTED = "unsupported"  # this release cannot build the case
-    ERROR = "error"  # raised while building or running
-    HANG = "hang"
-    CRASH = "crash"
-
-    @property
-    def severity(self) -> int:
-        return _SEVERITY[self]
-
-    @property
-    def produced_numbers(self) -> bool:
-        return self in (CaseState.OK, CaseState.FAIL)
-
-
-_SEVERITY = {
-    CaseState.OK: 0,
-    CaseState.UNSUPPORTED: 1,
-    CaseState.FAIL: 2,
-    CaseState.NONFINITE: 3,
-    CaseState.ERROR: 4,
-    CaseState.CRASH: 5,
-    CaseState.HANG: 6,
-}
-
-
-def _num(value: Any) -> float:
-    """A record's number; "inf"/"nan" strings (JSON has no such floats) read back as floats."""
-    if isinstance(value, bool):
-        raise TypeError("a boolean is not a measurement")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        return float(value)
-    raise TypeError(f"not a number: {value!r}")
-
-
-def assess_batch(batch: Mapping[str, Any]) -> CaseState:
-    if batch.get("error"):
-        return CaseState.ERROR
-    if int(batch.get("nan", 0)) or int(batch.get("inf", 0)):
-        return CaseState.NONFINITE
-    errs = [_num(e) for e in batch.get("rel_err", [])]
-    worst = [_num(e) for e in batch.get("worst_row_rel_err", [])]
-    if not errs:
-        return CaseState.ERROR
-    floor = _num(batch.get("floor", 0.0))
-    if any(math.isnan(e) for e in errs + worst):
-        return CaseState.NONFINITE
-    if statistics.fmean(errs) > REL_TOLERANCE * floor:
-        return CaseState.FAIL
-    if worst and max(worst) > WORST_ROW_TOLERANCE * floor:
-        return CaseState.FAIL
-    return CaseState.OK
-
-
-def assess_case(result: Mapping[str, Any]) -> tuple[CaseState, list[dict[str, Any]]]:
-    """The case's state and its batches, each with its own `state` added."""
-    given = result.get("state")
-    batches = [dict(b, state=assess_batch(b).value) for b in result.get("batches", [])]
-    if given is not None:
-        return CaseState(given), batches
-    if not batches:
-        return CaseState.ERROR, batches
-    worst = max((CaseState(b["state"]) for b in batches), key=lambda s: s.severity)
-    return worst, batches
+_num = num
 
 
 class Verdict(str, Enum):
-    SAME = "same"
-    IMPROVED = "improved"
-    REGRESSED = "regressed"
-    # Only the worst channel moved, beyond noise and floor, and it is still within the run
-    # tolerance: worth reading, not worth failing a release over (a retiled kernel does this).
+    SAME = "same"  # bit-identical output on identical inputs (or, without hashes, no change)
+    # A different output on identical inputs whose error did not move beyond noise and floor:
+    # shown with the size of the change and its direction, never failing (a retiled kernel).
     CHANGED = "changed"
+    WORSE = "worse"  # error up beyond noise and floor, or out of tolerance now and not before
+    IMPROVED = "improved"
     NEWLY_BROKEN = "newly-broken"
     FIXED = "fixed"  # broken (or out of tolerance) before, within tolerance now
     STILL_BROKEN = "still-broken"
@@ -152,6 +99,9 @@ class Side:
     rel_spreads: tuple[float, ...] = ()  # 1.4826 x MAD / median of each run's samples
     input_sha256: frozenset[str] = frozenset()
     reason: str | None = None
+    output_sha256: frozenset[str] = frozenset()  # draw 0's output bytes, per run
+    deterministic: bool = True  # every relaunch of every run bit-identical
+    kernel_config: str | None = None  # what the release picked (tile, stages), when recorded
 
     @property
     def median_ms(self) -> float | None:
@@ -222,7 +172,7 @@ class KernelComparison:
 
     @property
     def regressions(self) -> tuple[CaseVerdict, ...]:
-        bad = {Verdict.REGRESSED, Verdict.NEWLY_BROKEN}
+        bad = {Verdict.WORSE, Verdict.NEWLY_BROKEN}
         return tuple(
             v
             for v in self.verdicts
@@ -289,7 +239,19 @@ def _fmt_ratio(v: CaseVerdict) -> str:
     if v.time_ratio is None:
         return ""
     single = "" if v.time_runs_measured else ", one run a side"
-    return f" ({v.time_ratio:.3f}x{single})"
+    return f" ({v.time_ratio:.3f}x the time{single})"
+
+
+def speed_change(v: CaseVerdict) -> str:
+    """ "slower 1.90x" / "faster 9.09x": the factor a reader expects after the word (a time
+    ratio of 0.11 is 9.09x faster, never "faster 0.11x"); "" when the time did not change."""
+    if v.time_ratio is None or v.time_ratio <= 0:
+        return ""
+    if v.time is TimeVerdict.SLOWER:
+        return f"slower {v.time_ratio:.2f}x"
+    if v.time is TimeVerdict.FASTER:
+        return f"faster {1 / v.time_ratio:.2f}x"
+    return ""
 
 
 RecordLike = Path | Mapping[str, Any]
@@ -297,11 +259,7 @@ RecordLike = Path | Mapping[str, Any]
 
 def _load(item: RecordLike) -> Mapping[str, Any]:
     if isinstance(item, Path):
-        from humming_matrix.kernels.record import load_kernel_record
-
         return load_kernel_record(item)
-    from humming_matrix.kernels.record import check_kernel_record
-
     check_kernel_record(item, str(item.get("run_id", "<record>")))
     return item
 
@@ -325,10 +283,26 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                 key = (name, int(batch["m"]))
                 slot = acc.setdefault(
                     key,
-                    {"states": [], "rel": [], "worst": [], "floor": [], "med": [], "spread": [],
-                     "inputs": set(), "reason": None},
+                    {
+                        "states": [],
+                        "rel": [],
+                        "worst": [],
+                        "floor": [],
+                        "med": [],
+                        "spread": [],
+                        "inputs": set(),
+                        "outputs": set(),
+                        "reason": None,
+                        "config": None,
+                        "deterministic": True,
+                    },
                 )
-                b_state = CaseState(batch.get("state") or assess_batch(batch).value)
+                # Batches with numbers are re-judged by the current tolerance, whatever state the
+                # record was written with; a state the numbers cannot show (crash, hang) stays.
+                stored = batch.get("state")
+                b_state = (
+                    assess_batch(batch) if batch.get("rel_err") or not stored else CaseState(stored)
+                )
                 slot["states"].append(b_state)
                 if batch.get("error"):
                     slot["reason"] = batch["error"]
@@ -343,6 +317,13 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     slot["spread"].append(MAD_TO_SD * _num(t.get("mad_ms", 0.0)) / med)
                 if batch.get("input_sha256"):
                     slot["inputs"].add(str(batch["input_sha256"]))
+                if batch.get("sha256") and b_state.produced_numbers:
+                    slot["outputs"].add(str(batch["sha256"]))
+                same = batch.get("deterministic", True)
+                if same is False or (isinstance(same, list) and not all(same)):
+                    slot["deterministic"] = False
+                if batch.get("kernel_config") is not None:
+                    slot["config"] = json.dumps(batch["kernel_config"], sort_keys=True)
     pooled: dict[tuple[str, int | None], Side] = {}
     for key, slot in acc.items():
         state = max(slot["states"], key=lambda s: s.severity)
@@ -355,6 +336,9 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             rel_spreads=tuple(slot.get("spread", ())),
             input_sha256=frozenset(slot.get("inputs", ())),
             reason=slot.get("reason"),
+            output_sha256=frozenset(slot.get("outputs", ())),
+            kernel_config=slot.get("config"),
+            deterministic=bool(slot.get("deterministic", True)),
         )
     return pooled
 
@@ -366,7 +350,7 @@ def _sem2(values: Sequence[float]) -> float:
     return statistics.variance(values) / len(values)
 
 
-def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float]:
+def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float, str]:
     delta = statistics.fmean(c.rel_err) - statistics.fmean(b.rel_err)
     noise = NOISE_SIGMAS * math.sqrt(_sem2(b.rel_err) + _sem2(c.rel_err))
     bound = max(noise, b.floor)
@@ -374,12 +358,19 @@ def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float]:
     worst_noise = NOISE_SIGMAS * math.sqrt(_sem2(b.worst_row) + _sem2(c.worst_row))
     worst_bound = max(worst_noise, b.floor)
     if delta > bound:
-        return Verdict.REGRESSED, delta, bound
-    if worst_delta > worst_bound:
-        return Verdict.CHANGED, delta, bound
+        return Verdict.WORSE, delta, bound, ""
     if -delta > bound:
-        return Verdict.IMPROVED, delta, bound
-    return Verdict.SAME, delta, bound
+        return Verdict.IMPROVED, delta, bound, ""
+    direction = "away from" if delta > 0 else "toward"
+    size = f"rel. error {delta:+.2g} ({direction} the reference), worst channel {worst_delta:+.2g}"
+    # Output bytes say something only where relaunches are bit-identical on both sides.
+    if b.output_sha256 and c.output_sha256 and b.deterministic and c.deterministic:
+        if b.output_sha256 & c.output_sha256:
+            return Verdict.SAME, delta, bound, ""
+        return Verdict.CHANGED, delta, bound, f"output bytes differ: {size}"
+    if worst_delta > worst_bound:
+        return Verdict.CHANGED, delta, bound, f"worst channel moved: {size}"
+    return Verdict.SAME, delta, bound, ""
 
 
 def _time_verdict(b: Side, c: Side) -> tuple[TimeVerdict, float | None, float | None]:
@@ -457,17 +448,31 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         return CaseVerdict(name, m, fixed, TimeVerdict.UNKNOWN, b, c)
     if b.input_sha256 and c.input_sha256 and b.input_sha256 != c.input_sha256:
         return CaseVerdict(
-            name, m, Verdict.INCOMPARABLE, TimeVerdict.UNKNOWN, b, c,
+            name,
+            m,
+            Verdict.INCOMPARABLE,
+            TimeVerdict.UNKNOWN,
+            b,
+            c,
             note="the two sides ran on different input bytes (seed or generator differ)",
         )
     if not b.rel_err or not c.rel_err:
         return CaseVerdict(name, m, Verdict.SAME, TimeVerdict.UNKNOWN, b, c)
-    verdict, delta, noise = _numeric_verdict(b, c)
-    note = ""
-    if b.state is CaseState.OK and c.state is CaseState.FAIL:
-        # An erratic candidate must not hide behind its own spread: out of tolerance after a
-        # baseline within it is a regression whatever the noise estimate says.
-        verdict, note = Verdict.REGRESSED, "out of tolerance; the baseline was within it"
+    verdict, delta, noise, note = _numeric_verdict(b, c)
+    if b.state is CaseState.OK and c.state is not CaseState.OK:
+        # An erratic candidate must not hide behind its own spread: out of tolerance (or not
+        # bit-identical on relaunch) after a baseline within it is worse whatever the noise says.
+        verdict = Verdict.WORSE
+        note = (
+            "out of tolerance; the baseline was within it"
+            if c.state is CaseState.FAIL
+            else f"{c.state.value}; the baseline was not"
+        )
+    elif b.state is not CaseState.OK and c.state is CaseState.OK:
+        verdict, note = Verdict.FIXED, f"{b.state.value} before, within tolerance now"
+    if b.kernel_config and c.kernel_config and b.kernel_config != c.kernel_config:
+        change = f"kernel config {b.kernel_config} -> {c.kernel_config}"
+        note = f"{note}; {change}" if note else change
     tv, ratio, tnoise = _time_verdict(b, c)
     return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise, note=note)
 

@@ -5,7 +5,7 @@ Top level (shared with GSM8K records): `schema_version`, `kind` ("kernels"), `ru
 driver, the installed packages, plus what the worker saw: `environment.worker`). Kernel-specific:
 `settings` (batch sizes, repeats, draws, seed, timeout), `ceilings` (the GPU's measured bf16
 TFLOP/s and copy GB/s), `import_error`, `summary` and `cases`: one entry per case with its `state`
-(see `judge.CaseState`), `reason`, and per batch size the numbers of `probe.run_batch` plus the
+(see `assess.CaseState`), `reason`, and per batch size the numbers of `probe.run_batch` plus the
 batch's own `state`.
 """
 
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import RecordError
-from humming_matrix.kernels.judge import CaseState, assess_case
+from humming_matrix.kernels.assess import CaseState, assess_case
 from humming_matrix.kernels.watchdog import SuiteRun
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     SCHEMA_VERSION,
     RecordKind,
     read_json,
@@ -74,9 +74,7 @@ def build_record(
         state, batches = assess_case(result)
         entry = {k: v for k, v in result.items() if k != "case"}
         spec = result.get("case", {})
-        entry.update(
-            name=spec.get("name"), spec=spec, state=state.value, batches=batches
-        )
+        entry.update(name=spec.get("name"), spec=spec, state=state.value, batches=batches)
         cases.append(entry)
     counts = Counter(c["state"] for c in cases)
     env = dict(environment)

@@ -34,6 +34,10 @@ FP8_QUANTIZER = (
     "q = round-to-nearest-even(x / scale) saturated to +-448, x_hat = q * scale"
 )
 E4M3_MAX = 448.0
+INT8_QUANTIZER = (
+    "int8 dynamic per-token: scale = absmax(token) / 127 in float32, "
+    "q = round-to-nearest-even(x / scale) clamped to +-127, x_hat = q * scale"
+)
 
 
 def dequantize(weights: Weights) -> F32:
@@ -67,6 +71,15 @@ def quantize_fp8_per_token(x: F32) -> F32:
     absmax = np.max(np.abs(x), axis=1, keepdims=True).astype(np.float32)
     scale = np.maximum(absmax, np.float32(1e-30)) / np.float32(E4M3_MAX)
     out: F32 = (e4m3_round((x / scale).astype(np.float32)) * scale).astype(np.float32)
+    return out
+
+
+def quantize_int8_per_token(x: F32) -> F32:
+    """The modelled int8 input quantizer (`INT8_QUANTIZER`): returns the dequantised values."""
+    absmax = np.max(np.abs(x), axis=1, keepdims=True).astype(np.float32)
+    scale = np.maximum(absmax, np.float32(1e-30)) / np.float32(127.0)
+    q = np.clip(np.round((x / scale).astype(np.float32)), -127, 127)
+    out: F32 = (q * scale).astype(np.float32)
     return out
 
 

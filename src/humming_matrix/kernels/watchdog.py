@@ -26,7 +26,7 @@ from typing import IO, Any
 from humming_matrix.errors import InfrastructureError
 from humming_matrix.process_group import stop_group
 
-DEFAULT_WORKER: tuple[str, ...] = (sys.executable, "-m", "humming_matrix.kernels.probe")
+DEFAULT_WORKER: tuple[str, ...] = (sys.executable, "-m", "humming_matrix.kernels.runner")
 LOG_TAIL_CHARS = 3000
 
 
@@ -154,8 +154,11 @@ class Watchdog:
             log_path = workdir / f"worker-{launches}.log"
             reader = _EventReader(events_path)
             current: int | None = None
-            with log_path.open("wb") as log, _finished_cases_kept(reader, results), \
-                    worker_process([*self.worker, str(plan_path), str(events_path)], log) as proc:
+            with (
+                log_path.open("wb") as log,
+                _finished_cases_kept(reader, results),
+                worker_process([*self.worker, str(plan_path), str(events_path)], log) as proc,
+            ):
                 last_pulse = self.clock()
                 while True:
                     events = reader.read()

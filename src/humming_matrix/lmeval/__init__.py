@@ -2,8 +2,8 @@
 
 vLLM keeps these configs in `.buildkite/lm-eval-harness/configs/*.yaml` and runs them with lm-eval's
 in-process `vllm` model. Here the same config starts the same `vllm serve` the GSM8K suite starts
-(`humming_matrix.server`), and lm-eval's `local-completions` model asks it, with per-sample logging,
-so the record holds every question's outcome for every metric and filter.
+(`humming_matrix.suite.server`), and lm-eval's `local-completions` model asks it, with per-sample
+logging, so the record holds every question's outcome for every metric and filter.
 
     config   vLLM's lm-eval config format -> frozen dataclasses (strict, errors name file and key)
     tasks    local task files, so GSM8K runs offline from the verified jsonl copy

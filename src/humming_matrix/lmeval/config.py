@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.config import (
+from humming_matrix.errors import ConfigError
+from humming_matrix.suite.config import (
     parse_env,
     read_config_list,
     read_yaml_mapping,
     split_server_args,
 )
-from humming_matrix.errors import ConfigError
-from humming_matrix.server import ServerSpec
+from humming_matrix.suite.server import ServerSpec
 
 # vLLM's harness defaults.
 DEFAULT_RTOL = 0.08
@@ -163,29 +163,40 @@ class LmEvalConfig:
         tokenizer decides (see docs/vllm-ci.md).
         """
         args = [
-            "--tensor-parallel-size", str(tp_size),
-            "--max-model-len", str(self.max_model_len),
+            "--tensor-parallel-size",
+            str(tp_size),
+            "--max-model-len",
+            str(self.max_model_len),
         ]
         if self.enforce_eager:
             args.append("--enforce-eager")
         if self.kv_cache_dtype != DEFAULT_KV_CACHE_DTYPE:
             args += ["--kv-cache-dtype", self.kv_cache_dtype]
-        for flag, value in (("--attention-backend", self.attention_backend),
-                            ("--moe-backend", self.moe_backend),
-                            ("--tokenizer-mode", self.tokenizer_mode)):
+        for flag, value in (
+            ("--attention-backend", self.attention_backend),
+            ("--moe-backend", self.moe_backend),
+            ("--tokenizer-mode", self.tokenizer_mode),
+        ):
             if value is not None:
                 args += [flag, value]
         return (*args, *self.server_args)
 
     def server_spec(self, tp_size: int = 1) -> ServerSpec:
         # env_vars were set around vLLM's in-process engine; here they belong to the server.
-        return ServerSpec(self.model_name, self.serve_args(tp_size), self.env_vars,
-                          self.startup_max_wait_seconds)
+        return ServerSpec(
+            self.model_name, self.serve_args(tp_size), self.env_vars, self.startup_max_wait_seconds
+        )
 
 
 def _type_error(path: Path, where: str, types: tuple[type, ...], value: Any) -> ConfigError:
-    names = {int: "int", float: "number", str: "string", list: "list", dict: "mapping",
-             bool: "boolean"}
+    names = {
+        int: "int",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+        bool: "boolean",
+    }
     wanted = " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
     wanted = wanted.replace("int or number", "number")
     return ConfigError(path, where, f"expected {wanted}, got {type(value).__name__} {value!r}")
@@ -229,8 +240,11 @@ def _tasks(path: Path, raw: list[Any]) -> tuple[TaskSpec, ...]:
                     raise ConfigError(path, f"{mwhere}.{key}", "unknown key")
             mname = metric.get("name")
             if not isinstance(mname, str) or not mname:
-                raise ConfigError(path, f"{mwhere}.name", "expected a metric name such as "
-                                  "'exact_match,strict-match'")
+                raise ConfigError(
+                    path,
+                    f"{mwhere}.name",
+                    "expected a metric name such as 'exact_match,strict-match'",
+                )
             value = metric.get("value")
             if isinstance(value, bool) or not isinstance(value, _NUMBER):
                 raise _type_error(path, f"{mwhere}.value", _NUMBER, value)
@@ -260,8 +274,12 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
     limit = raw["limit"]
     if limit is not None and (limit <= 0 or (isinstance(limit, float) and limit > 1.0)):
         raise ConfigError(path, "limit", "must be a positive count, or a fraction up to 1.0")
-    for key in ("max_model_len", "num_concurrent", "request_timeout_seconds",
-                "startup_max_wait_seconds"):
+    for key in (
+        "max_model_len",
+        "num_concurrent",
+        "request_timeout_seconds",
+        "startup_max_wait_seconds",
+    ):
         if key in raw and raw[key] <= 0:
             raise ConfigError(path, key, "must be positive")
     if raw.get("max_retries", 0) < 0:
@@ -271,9 +289,13 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
         raise ConfigError(path, "rtol", "must be at least 0 and below 1")
     backend = raw.get("backend", "vllm")
     if backend != "vllm":
-        raise ConfigError(path, "backend", f"{backend!r} is not supported: this suite asks a "
-                          "text completions server (lm-eval local-completions), as backend "
-                          "'vllm' does in-process")
+        raise ConfigError(
+            path,
+            "backend",
+            f"{backend!r} is not supported: this suite asks a "
+            "text completions server (lm-eval local-completions), as backend "
+            "'vllm' does in-process",
+        )
     batch_size = raw.get("batch_size")
     if isinstance(batch_size, str) and batch_size != "auto" and not batch_size.startswith("auto:"):
         raise ConfigError(path, "batch_size", f"expected an int or 'auto', got {batch_size!r}")
@@ -301,10 +323,10 @@ def load_lm_eval_config(path: Path) -> LmEvalConfig:
         gen_kwargs=raw.get("gen_kwargs"),
         server_args=split_server_args(path, raw.get("server_args", "")),
         startup_max_wait_seconds=float(
-            raw.get("startup_max_wait_seconds", DEFAULT_STARTUP_MAX_WAIT_SECONDS)),
+            raw.get("startup_max_wait_seconds", DEFAULT_STARTUP_MAX_WAIT_SECONDS)
+        ),
         num_concurrent=raw.get("num_concurrent", DEFAULT_NUM_CONCURRENT),
-        request_timeout_seconds=raw.get("request_timeout_seconds",
-                                        DEFAULT_REQUEST_TIMEOUT_SECONDS),
+        request_timeout_seconds=raw.get("request_timeout_seconds", DEFAULT_REQUEST_TIMEOUT_SECONDS),
         max_retries=raw.get("max_retries", DEFAULT_MAX_RETRIES),
         fields=dict(raw),
     )
@@ -322,8 +344,9 @@ def load_lm_eval_configs(config_files: list[Path], list_files: list[Path]) -> li
         config = load_lm_eval_config(path)
         resolved = path.resolve()
         if config.name in names and names[config.name] != resolved:
-            raise ConfigError(path, None,
-                              f"config name {config.name!r} is also used by {names[config.name]}")
+            raise ConfigError(
+                path, None, f"config name {config.name!r} is also used by {names[config.name]}"
+            )
         names[config.name] = resolved
         configs.setdefault(resolved, config)
     return list(configs.values())

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import RecordError
+from humming_matrix.judge.stats import PairedTable
 from humming_matrix.lmeval.config import LmEvalConfig
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     SCHEMA_VERSION,
     ConfigInfo,
     RecordKind,
@@ -28,7 +29,6 @@ from humming_matrix.results import (
     record_paths,
     write_json_atomic,
 )
-from humming_matrix.stats import PairedTable
 
 
 class CheckState(str, Enum):
@@ -81,15 +81,20 @@ class MetricCheck:
     def verdict(self) -> CheckState:
         if self.measured is None:
             return CheckState.MISSING
-        return (CheckState.PASSED if passes(self.measured, self.expected, self.rtol)
-                else CheckState.FAILED)
+        return (
+            CheckState.PASSED
+            if passes(self.measured, self.expected, self.rtol)
+            else CheckState.FAILED
+        )
 
     def line(self) -> str:
         """vLLM's printout, plus the verdict and the threshold it was judged against."""
         measured = "missing" if self.measured is None else f"{self.measured:.4f}"
-        return (f"{self.task} | {self.name}: ground_truth={self.expected:.4f} | "
-                f"measured={measured} | rtol={self.rtol:g} | threshold={self.threshold:.4f} | "
-                f"n={self.num_samples} -> {self.verdict.value.upper()}")
+        return (
+            f"{self.task} | {self.name}: ground_truth={self.expected:.4f} | "
+            f"measured={measured} | rtol={self.rtol:g} | threshold={self.threshold:.4f} | "
+            f"n={self.num_samples} -> {self.verdict.value.upper()}"
+        )
 
 
 @dataclass(frozen=True)
@@ -120,8 +125,11 @@ class LmEvalRecord:
         """doc_id -> full credit, for one task and one `metric,filter`: what paired judging
         pairs across two runs."""
         metric, filter_name = key.split(",", 1)
-        return {s.doc_id: s.correct(metric) for s in self.samples
-                if s.task == task and s.filter == filter_name and metric in s.values}
+        return {
+            s.doc_id: s.correct(metric)
+            for s in self.samples
+            if s.task == task and s.filter == filter_name and metric in s.values
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -130,8 +138,12 @@ class LmEvalRecord:
             "run_id": self.run_id,
             "created": self.created,
             "complete": self.complete,
-            "config": {"name": self.config.name, "path": self.config.path,
-                       "sha256": self.config.sha256, "fields": dict(self.config.fields)},
+            "config": {
+                "name": self.config.name,
+                "path": self.config.path,
+                "sha256": self.config.sha256,
+                "fields": dict(self.config.fields),
+            },
             "environment": dict(self.environment),
             "server": dict(self.server),
             "lm_eval": dict(self.lm_eval),
@@ -139,16 +151,31 @@ class LmEvalRecord:
                 "passed": self.passed,
                 "duration": self.duration,
                 "checks": [
-                    {"task": c.task, "name": c.name, "key": c.key, "expected": c.expected,
-                     "rtol": c.rtol, "threshold": c.threshold, "measured": c.measured,
-                     "per_sample": c.per_sample, "num_samples": c.num_samples,
-                     "verdict": c.verdict.value}
+                    {
+                        "task": c.task,
+                        "name": c.name,
+                        "key": c.key,
+                        "expected": c.expected,
+                        "rtol": c.rtol,
+                        "threshold": c.threshold,
+                        "measured": c.measured,
+                        "per_sample": c.per_sample,
+                        "num_samples": c.num_samples,
+                        "verdict": c.verdict.value,
+                    }
                     for c in self.checks
                 ],
             },
             "samples": [
-                {"task": s.task, "doc_id": s.doc_id, "filter": s.filter, "values": dict(s.values),
-                 "prediction": s.prediction, "target": s.target, "output": s.output}
+                {
+                    "task": s.task,
+                    "doc_id": s.doc_id,
+                    "filter": s.filter,
+                    "values": dict(s.values),
+                    "prediction": s.prediction,
+                    "target": s.target,
+                    "output": s.output,
+                }
                 for s in self.samples
             ],
         }
@@ -164,33 +191,52 @@ class LmEvalRecord:
                 raise RecordError(path, where, f"expected 'lm-eval', got {data['kind']!r}")
             where = "config"
             config = data["config"]
-            info = ConfigInfo(str(config["name"]), str(config["path"]), str(config["sha256"]),
-                              dict(config["fields"]))
+            info = ConfigInfo(
+                str(config["name"]),
+                str(config["path"]),
+                str(config["sha256"]),
+                dict(config["fields"]),
+            )
             checks = []
             for i, c in enumerate(data["metrics"]["checks"]):
                 where = f"metrics.checks[{i}]"
-                checks.append(MetricCheck(
-                    task=str(c["task"]), name=str(c["name"]), key=str(c["key"]),
-                    expected=float(c["expected"]), rtol=float(c["rtol"]),
-                    measured=None if c["measured"] is None else float(c["measured"]),
-                    per_sample=None if c["per_sample"] is None else float(c["per_sample"]),
-                    num_samples=int(c["num_samples"]),
-                ))
+                checks.append(
+                    MetricCheck(
+                        task=str(c["task"]),
+                        name=str(c["name"]),
+                        key=str(c["key"]),
+                        expected=float(c["expected"]),
+                        rtol=float(c["rtol"]),
+                        measured=None if c["measured"] is None else float(c["measured"]),
+                        per_sample=None if c["per_sample"] is None else float(c["per_sample"]),
+                        num_samples=int(c["num_samples"]),
+                    )
+                )
             samples = []
             for i, s in enumerate(data["samples"]):
                 where = f"samples[{i}]"
-                samples.append(SampleOutcome(
-                    task=str(s["task"]), doc_id=int(s["doc_id"]), filter=str(s["filter"]),
-                    values={str(k): float(v) for k, v in s["values"].items()},
-                    prediction=str(s["prediction"]), target=str(s["target"]),
-                    output=str(s.get("output", "")),
-                ))
+                samples.append(
+                    SampleOutcome(
+                        task=str(s["task"]),
+                        doc_id=int(s["doc_id"]),
+                        filter=str(s["filter"]),
+                        values={str(k): float(v) for k, v in s["values"].items()},
+                        prediction=str(s["prediction"]),
+                        target=str(s["target"]),
+                        output=str(s.get("output", "")),
+                    )
+                )
             where = "run_id"
             return cls(
-                run_id=str(data["run_id"]), created=str(data["created"]),
-                complete=bool(data["complete"]), config=info,
-                environment=dict(data["environment"]), server=dict(data.get("server", {})),
-                lm_eval=dict(data["lm_eval"]), checks=tuple(checks), samples=tuple(samples),
+                run_id=str(data["run_id"]),
+                created=str(data["created"]),
+                complete=bool(data["complete"]),
+                config=info,
+                environment=dict(data["environment"]),
+                server=dict(data.get("server", {})),
+                lm_eval=dict(data["lm_eval"]),
+                checks=tuple(checks),
+                samples=tuple(samples),
                 duration=float(data["metrics"]["duration"]),
             )
         except KeyError as exc:
@@ -211,21 +257,30 @@ def samples_from_output(output: Mapping[str, Any], path: Path) -> tuple[SampleOu
     try:
         for task, rows in output["samples"].items():
             for row in rows:
-                samples.append(SampleOutcome(
-                    task=str(task), doc_id=int(row["doc_id"]), filter=str(row["filter"]),
-                    values={str(k): float(v) for k, v in row["values"].items()
-                            if _number(v) is not None},
-                    prediction=str(row["prediction"]), target=str(row["target"]),
-                    output=str(row.get("output", "")),
-                ))
+                samples.append(
+                    SampleOutcome(
+                        task=str(task),
+                        doc_id=int(row["doc_id"]),
+                        filter=str(row["filter"]),
+                        values={
+                            str(k): float(v)
+                            for k, v in row["values"].items()
+                            if _number(v) is not None
+                        },
+                        prediction=str(row["prediction"]),
+                        target=str(row["target"]),
+                        output=str(row.get("output", "")),
+                    )
+                )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise RecordError(path, "samples", f"lm-eval output is malformed ({exc!r})") from None
     samples.sort(key=lambda s: (s.task, s.filter, s.doc_id))
     return tuple(samples)
 
 
-def checks_from_output(config: LmEvalConfig, output: Mapping[str, Any],
-                       samples: Sequence[SampleOutcome], path: Path) -> tuple[MetricCheck, ...]:
+def checks_from_output(
+    config: LmEvalConfig, output: Mapping[str, Any], samples: Sequence[SampleOutcome], path: Path
+) -> tuple[MetricCheck, ...]:
     results = output.get("results")
     if not isinstance(results, dict):
         raise RecordError(path, "results", "lm-eval output has no results")
@@ -233,13 +288,25 @@ def checks_from_output(config: LmEvalConfig, output: Mapping[str, Any],
     for task in config.tasks:
         reported = results.get(task.name, {})
         for metric in task.metrics:
-            values = [s.values[metric.metric] for s in samples
-                      if s.task == task.name and s.filter == metric.filter
-                      and metric.metric in s.values]
+            values = [
+                s.values[metric.metric]
+                for s in samples
+                if s.task == task.name and s.filter == metric.filter and metric.metric in s.values
+            ]
             per_sample = sum(values) / len(values) if values else None
             measured = _number(reported.get(metric.key))
-            checks.append(MetricCheck(task.name, metric.name, metric.key, metric.value,
-                                      config.rtol, measured, per_sample, len(values)))
+            checks.append(
+                MetricCheck(
+                    task.name,
+                    metric.name,
+                    metric.key,
+                    metric.value,
+                    config.rtol,
+                    measured,
+                    per_sample,
+                    len(values),
+                )
+            )
     return tuple(checks)
 
 
@@ -256,28 +323,40 @@ def iter_lm_eval_records(location: Path) -> list[tuple[Path, LmEvalRecord]]:
     return [(p, load_lm_eval_record(p)) for p in record_paths(location, RecordKind.LM_EVAL)]
 
 
-def paired_outcomes(baseline: LmEvalRecord, candidate: LmEvalRecord, task: str,
-                    key: str) -> list[tuple[int, bool, bool]]:
+def paired_outcomes(
+    baseline: LmEvalRecord, candidate: LmEvalRecord, task: str, key: str
+) -> list[tuple[int, bool, bool]]:
     """(doc_id, baseline right, candidate right) for one metric of two runs of one config, in
     doc order; refuses what paired judging must refuse."""
     for record in (baseline, candidate):
         if not record.complete:
-            raise RecordError(Path(record.config.path), None,
-                              f"run {record.run_id} is incomplete; it cannot be judged")
+            raise RecordError(
+                Path(record.config.path),
+                None,
+                f"run {record.run_id} is incomplete; it cannot be judged",
+            )
     if baseline.config.sha256 != candidate.config.sha256:
-        raise RecordError(Path(candidate.config.path), None,
-                          f"config {candidate.config.name!r} differs between the runs (sha256)")
+        raise RecordError(
+            Path(candidate.config.path),
+            None,
+            f"config {candidate.config.name!r} differs between the runs (sha256)",
+        )
     base, cand = baseline.outcomes(task, key), candidate.outcomes(task, key)
     if not base or set(base) != set(cand):
-        raise RecordError(Path(candidate.config.path), f"{task}.{key}",
-                          "the runs did not score the same documents")
+        raise RecordError(
+            Path(candidate.config.path),
+            f"{task}.{key}",
+            "the runs did not score the same documents",
+        )
     return [(doc, base[doc], cand[doc]) for doc in sorted(base)]
 
 
-def paired_table(baseline: LmEvalRecord, candidate: LmEvalRecord, task: str,
-                 key: str) -> PairedTable:
-    """The 2x2 table of one metric of two runs, for `humming_matrix.compare.decide` and the
-    statistics in `humming_matrix.stats`, exactly as for GSM8K records."""
+def paired_table(
+    baseline: LmEvalRecord, candidate: LmEvalRecord, task: str, key: str
+) -> PairedTable:
+    """The 2x2 table of one metric of two runs, for `humming_matrix.judge.compare.decide` and the
+    statistics in `humming_matrix.judge.stats`, exactly as for GSM8K records."""
     counts = Counter((b, c) for _, b, c in paired_outcomes(baseline, candidate, task, key))
-    return PairedTable(counts[True, True], counts[True, False], counts[False, True],
-                       counts[False, False])
+    return PairedTable(
+        counts[True, True], counts[True, False], counts[False, True], counts[False, False]
+    )

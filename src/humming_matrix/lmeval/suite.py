@@ -12,20 +12,20 @@ never a replay), and a finished run deletes it. The server and worker logs stay 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from humming_matrix import environment, server
-from humming_matrix.errors import ConfigError, InfrastructureError
+from humming_matrix import environment, process_group
+from humming_matrix.errors import ConfigError, InfrastructureError, UsageError
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.lmeval.record import (
     LmEvalRecord,
@@ -36,18 +36,23 @@ from humming_matrix.lmeval.record import (
 from humming_matrix.lmeval.tasks import write_task_dir
 from humming_matrix.lmeval.worker import EXIT_UNKNOWN_TASK
 from humming_matrix.progress import Progress
-from humming_matrix.results import (
+from humming_matrix.store.results import (
     ConfigInfo,
     RecordKind,
+    Secrets,
+    identity_digest,
     new_run_id,
     record_filename,
-    redact,
+    redact_config_env,
+    stored_config_fields,
     utc_now_iso,
 )
-from humming_matrix.server import die_with_parent, log_tail
+from humming_matrix.suite import server
+from humming_matrix.suite.server import log_tail
 
 WORKER_MODULE = "humming_matrix.lmeval.worker"
 CACHE_DIR = ".lm-eval-cache"
+LOCK_DIR = ".lm-eval-locks"
 POLL_SECONDS = 0.2
 TERM_GRACE_SECONDS = 10.0
 
@@ -65,14 +70,20 @@ class SuiteSettings:
 @dataclass(frozen=True)
 class AnswerCache:
     """lm-eval's request cache for one config in one environment (lm-eval appends
-    `_rank<N>.db` to the path it is given)."""
+    `_rank<N>.db` to the path it is given). The name carries the config's sha256, the humming
+    version and a digest of the environment's identity (`results.IDENTITY_KEYS`): answers asked
+    of another variant (CUDA wheel, vLLM, package set) are never replayed into this one."""
 
     base: Path
 
     @classmethod
-    def of(cls, store: Path, config: LmEvalConfig, humming: str | None) -> AnswerCache:
-        return cls(store / CACHE_DIR /
-                   f"{config.name}-{config.sha256[:12]}-{humming or 'unknown'}")
+    def of(cls, store: Path, config: LmEvalConfig, env: Mapping[str, Any]) -> AnswerCache:
+        humming = env.get("humming_kernels") or "unknown"
+        return cls(
+            store
+            / CACHE_DIR
+            / f"{config.name}-{config.sha256[:12]}-{humming}-{identity_digest(env)[:12]}"
+        )
 
     def files(self) -> list[Path]:
         if not self.base.parent.is_dir():
@@ -83,10 +94,35 @@ class AnswerCache:
         for path in self.files():
             path.unlink(missing_ok=True)
 
+    @contextlib.contextmanager
+    def held(self, config: LmEvalConfig) -> Iterator[None]:
+        """One run at a time per cache: a second run of the config in the same environment and
+        store would clear (or write into) the answers the first is reading and writing. The lock
+        lives apart from the cache (an flock, released by the kernel however the run ends)."""
+        locks = self.base.parent.parent / LOCK_DIR
+        locks.mkdir(parents=True, exist_ok=True)
+        fd = os.open(
+            locks / f"{self.base.name}.lock",
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+        )
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(
+                    f"{config.name}: another run of this config in this environment is using "
+                    f"{self.base.parent}; wait for it to finish"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
+
 
 class Launcher(Protocol):
-    def __call__(self, spec: server.ServerSpec,
-                 log_path: Path) -> contextlib.AbstractContextManager[server.RunningServer]: ...
+    def __call__(
+        self, spec: server.ServerSpec, log_path: Path
+    ) -> contextlib.AbstractContextManager[server.RunningServer]: ...
 
 
 def effective_limit(config: LmEvalConfig, cap: int | None) -> int | float | None:
@@ -113,8 +149,13 @@ def model_args(config: LmEvalConfig, url: str) -> dict[str, Any]:
     }
 
 
-def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool) -> dict[str, str]:
+def worker_environment(
+    base: Mapping[str, str], scratch: Path, offline: bool, api_key: str | None = None
+) -> dict[str, str]:
     env = dict(base)
+    if api_key is not None:
+        # lm-eval's local-completions and local-chat-completions send it as a bearer token.
+        env["OPENAI_API_KEY"] = api_key
     # A private datasets cache: the local task files are re-read every run, never a stale copy.
     env["HF_DATASETS_CACHE"] = str(scratch / "hf-datasets")
     if offline:
@@ -123,37 +164,28 @@ def worker_environment(base: Mapping[str, str], scratch: Path, offline: bool) ->
     return env
 
 
-def run_worker(command: list[str], env: Mapping[str, str], log_path: Path,
-               check: Callable[[], None]) -> int:
+def run_worker(
+    command: list[str], env: Mapping[str, str], log_path: Path, check: Callable[[], None]
+) -> int:
     """Run lm-eval's worker in its own process group, its output appended to `log_path`.
 
     `check` is polled while it runs (the server's liveness); whatever it raises stops the worker,
     as does Ctrl-C; the whole group is always gone on return.
     """
-    with log_path.open("ab") as log:
-        # Its own group, so stopping it reaches whatever lm-eval spawns; and it dies with us.
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, env=dict(env),
-                                   start_new_session=True, preexec_fn=die_with_parent)
-    try:
+    with (
+        log_path.open("ab") as log,
+        process_group.group(
+            command,
+            grace=TERM_GRACE_SECONDS,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ) as process,
+    ):
         while process.poll() is None:
             check()
             time.sleep(POLL_SECONDS)
-        return process.returncode
-    finally:
-        _stop_group(process)
-
-
-def _stop_group(process: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_SECONDS), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=wait)
-            try:
-                os.killpg(process.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
+        return int(process.returncode)
 
 
 WorkerRunner = Callable[[list[str], Mapping[str, str], Path, Callable[[], None]], int]
@@ -186,14 +218,36 @@ class LmEvalSuite:
         run_id = new_run_id()
         store = self.settings.results
         store.mkdir(parents=True, exist_ok=True)
-        stem = record_filename(RecordKind.LM_EVAL, config.name, env.get("humming_kernels"),
-                               run_id).removesuffix(".json")
+        stem = record_filename(
+            RecordKind.LM_EVAL, config.name, env.get("humming_kernels"), run_id
+        ).removesuffix(".json")
         worker_log = store / f"{stem}.lm-eval.log"
         limit = effective_limit(config, self.settings.limit)
         spec = config.server_spec(self.settings.tp_size)
-        server_info: dict[str, Any] = {"model": spec.model, "args": list(spec.args),
-                                       "env": redact(spec.env)}
-        cache = AnswerCache.of(store, config, env.get("humming_kernels"))
+        cache = AnswerCache.of(store, config, env)
+        with cache.held(config):
+            return self._run_holding(
+                config, env, run_id, store, stem, worker_log, limit, spec, cache
+            )
+
+    def _run_holding(
+        self,
+        config: LmEvalConfig,
+        env: dict[str, Any],
+        run_id: str,
+        store: Path,
+        stem: str,
+        worker_log: Path,
+        limit: int | float | None,
+        spec: server.ServerSpec,
+        cache: AnswerCache,
+    ) -> tuple[LmEvalRecord, Path]:
+        secrets = Secrets.gather(spec.args, spec.env)
+        server_info: dict[str, Any] = {
+            "model": spec.model,
+            "args": secrets.argv(spec.args),
+            "env": redact_config_env(spec.env),
+        }
         resumed = self.settings.resume and bool(cache.files())
         if not self.settings.resume:
             cache.clear()
@@ -201,12 +255,15 @@ class LmEvalSuite:
             self.progress.stage(f"{config.name}: no earlier answers to resume; asking all")
         started = self.clock()
         try:
-            output, tasks = self._run_lm_eval(config, store, stem, limit, spec, server_info,
-                                              cache, worker_log)
+            output, tasks = self._run_lm_eval(
+                config, store, stem, limit, spec, server_info, cache, worker_log
+            )
         except (InfrastructureError, KeyboardInterrupt):
             if cache.files():
-                self.progress.stage(f"{config.name}: the answers so far are kept in "
-                                    f"{cache.base.parent}; finish with --resume")
+                self.progress.stage(
+                    f"{config.name}: the answers so far are kept in "
+                    f"{cache.base.parent}; finish with --resume"
+                )
             raise
         # A malformed output is reported against the worker's log, which outlives the scratch.
         samples = samples_from_output(output, worker_log)
@@ -215,7 +272,12 @@ class LmEvalSuite:
             run_id=run_id,
             created=utc_now_iso(),
             complete=True,
-            config=ConfigInfo(config.name, str(config.path), config.sha256, dict(config.fields)),
+            config=ConfigInfo(
+                config.name,
+                str(config.path),
+                config.sha256,
+                stored_config_fields(config.fields, secrets),
+            ),
             environment=env,
             server=server_info,
             lm_eval={
@@ -245,35 +307,74 @@ class LmEvalSuite:
         print(f"{verdict} {config.name} -> {path}", flush=True)
         return record, path
 
-    def _run_lm_eval(self, config: LmEvalConfig, store: Path, stem: str,
-                     limit: int | float | None, spec: server.ServerSpec,
-                     server_info: dict[str, Any], cache: AnswerCache,
-                     worker_log: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    def _run_lm_eval(
+        self,
+        config: LmEvalConfig,
+        store: Path,
+        stem: str,
+        limit: int | float | None,
+        spec: server.ServerSpec,
+        server_info: dict[str, Any],
+        cache: AnswerCache,
+        worker_log: Path,
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
         with tempfile.TemporaryDirectory(prefix="humming-lm-eval-") as tmp:
             scratch = Path(tmp)
             tasks = write_task_dir(scratch / "tasks", [t.name for t in config.tasks])
             if self.settings.endpoint:
                 server_info.update(endpoint=self.settings.endpoint, launched=False)
+                server.check_endpoint(self.settings.endpoint)
                 self.progress.stage(f"{config.name}: lm-eval -> {self.settings.endpoint}")
-                output = self._evaluate(config, self.settings.endpoint, limit, tasks.offline,
-                                        scratch, cache, worker_log, lambda: None)
+                output = self._evaluate(
+                    config,
+                    self.settings.endpoint,
+                    limit,
+                    tasks.offline,
+                    scratch,
+                    cache,
+                    worker_log,
+                    lambda: None,
+                    None,
+                )
             else:
                 log_path = store / f"{stem}.server.log"
                 server_info.update(launched=True, log=log_path.name)
-                self.progress.stage(f"{config.name}: starting vllm serve {config.model_name} "
-                                    f"(log: {log_path})")
+                self.progress.stage(
+                    f"{config.name}: starting vllm serve {config.model_name} (log: {log_path})"
+                )
                 with self.launch(spec, log_path) as running:
-                    server_info.update(command=list(running.command), endpoint=running.url)
-                    self.progress.stage(f"{config.name}: server ready; running lm-eval "
-                                        f"(log: {worker_log})")
-                    output = self._evaluate(config, running.url, limit, tasks.offline, scratch,
-                                            cache, worker_log, running.check)
+                    server_info.update(
+                        command=running.secrets.argv(running.command), endpoint=running.url
+                    )
+                    self.progress.stage(
+                        f"{config.name}: server ready; running lm-eval (log: {worker_log})"
+                    )
+                    output = self._evaluate(
+                        config,
+                        running.url,
+                        limit,
+                        tasks.offline,
+                        scratch,
+                        cache,
+                        worker_log,
+                        running.check,
+                        running.api_key,
+                    )
                 self.progress.stage(f"{config.name}: server stopped")
         return output, tasks.local
 
-    def _evaluate(self, config: LmEvalConfig, url: str, limit: int | float | None,
-                  offline: bool, scratch: Path, cache: AnswerCache, log_path: Path,
-                  check: Callable[[], None]) -> dict[str, Any]:
+    def _evaluate(
+        self,
+        config: LmEvalConfig,
+        url: str,
+        limit: int | float | None,
+        offline: bool,
+        scratch: Path,
+        cache: AnswerCache,
+        log_path: Path,
+        check: Callable[[], None],
+        api_key: str | None,
+    ) -> dict[str, Any]:
         request = {
             "model": config.lm_eval_model,
             "model_args": model_args(config, url),
@@ -293,7 +394,7 @@ class LmEvalSuite:
         request_path.write_text(json.dumps(request), encoding="utf-8")
         command = [self.settings.python, "-m", WORKER_MODULE, str(request_path), str(output_path)]
         base = os.environ if self.base_env is None else self.base_env
-        env = worker_environment(base, scratch, offline)
+        env = worker_environment(base, scratch, offline, api_key)
         code = self.worker(command, env, log_path, check)
         if code == EXIT_UNKNOWN_TASK:
             raise ConfigError(config.path, "tasks", log_tail(log_path, 1) or "unknown task")

@@ -1,11 +1,11 @@
 """Local task files, so lm-eval's GSM8K task runs offline from the verified jsonl copy.
 
 lm-eval's `gsm8k` task reads `openai/gsm8k` from the Hugging Face hub. That dataset is built from
-the same `train.jsonl`/`test.jsonl` of openai/grade-school-math that `humming_matrix.gsm8k` keeps
-(sha256-checked; `HUMMING_MATRIX_GSM8K_DIR` names a local copy). The task file written here
+the same `train.jsonl`/`test.jsonl` of openai/grade-school-math that `humming_matrix.suite.gsm8k`
+keeps (sha256-checked; `HUMMING_MATRIX_GSM8K_DIR` names a local copy). The task file written here
 *includes* the installed lm-eval's own `gsm8k.yaml`, so prompts, filters and metrics stay exactly
-lm-eval's, and only swaps the data source for the json loader on those files. Tasks without a
-local source are left to lm-eval (and need the hub).
+lm-eval's, and only swaps the data source for the json loader on those files. Tasks without a local
+source are left to lm-eval (and need the hub).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from humming_matrix import gsm8k
 from humming_matrix.errors import DataError, UsageError
+from humming_matrix.suite import gsm8k
 
 # task name -> its YAML inside the installed lm_eval package, and the GSM8K files it reads.
 LOCAL_TASKS: Mapping[str, str] = {"gsm8k": "tasks/gsm8k/gsm8k.yaml"}
@@ -46,8 +46,10 @@ def lm_eval_package_dir() -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise UsageError("lm-eval is not installed here; install the extra: "
-                         "pip install 'humming-matrix[lm-eval]'")
+        raise UsageError(
+            "lm-eval is not installed here; install the extra: "
+            "pip install 'humming-matrix[lm-eval]'"
+        )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -69,8 +71,9 @@ def write_task_dir(
         for name in local:
             builtin = base / LOCAL_TASKS[name]
             if not builtin.is_file():
-                raise DataError(f"{builtin}: lm-eval's own {name} task file is missing; "
-                                "is this lm-eval 0.4.x?")
+                raise DataError(
+                    f"{builtin}: lm-eval's own {name} task file is missing; is this lm-eval 0.4.x?"
+                )
             task = {
                 "include": str(builtin),
                 "task": name,
@@ -78,6 +81,7 @@ def write_task_dir(
                 "dataset_name": None,
                 "dataset_kwargs": {"data_files": files},
             }
-            (directory / f"{name}.yaml").write_text(yaml.safe_dump(task, sort_keys=False),
-                                                    encoding="utf-8")
+            (directory / f"{name}.yaml").write_text(
+                yaml.safe_dump(task, sort_keys=False), encoding="utf-8"
+            )
     return TaskDir(directory, tuple(local), tuple(remote))

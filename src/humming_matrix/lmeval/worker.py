@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from humming_matrix.store.atomic_files import replace_file
 
 EXIT_UNKNOWN_TASK = 2
 
@@ -44,8 +44,9 @@ def slim_sample(sample: dict[str, Any]) -> dict[str, Any]:
 def run(request: dict[str, Any]) -> dict[str, Any]:
     lm_eval: Any = importlib.import_module("lm_eval")
     task_module: Any = importlib.import_module("lm_eval.tasks")
-    manager = task_module.TaskManager(include_path=request["include_path"],
-                                      include_defaults=request["include_defaults"])
+    manager = task_module.TaskManager(
+        include_path=request["include_path"], include_defaults=request["include_defaults"]
+    )
     unknown = [t for t in request["tasks"] if t not in manager.all_tasks]
     if unknown:
         print(f"lm-eval knows no task named {', '.join(unknown)}", file=sys.stderr)
@@ -68,19 +69,22 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         "lm_eval_version": metadata.version("lm-eval"),
         "results": results["results"],
         "n-samples": results.get("n-samples", {}),
-        "samples": {task: [slim_sample(s) for s in samples]
-                    for task, samples in results["samples"].items()},
+        "samples": {
+            task: [slim_sample(s) for s in samples] for task, samples in results["samples"].items()
+        },
     }
 
 
 def main(argv: list[str]) -> int:
     request_path, output_path = Path(argv[0]), Path(argv[1])
     output = run(json.loads(request_path.read_text(encoding="utf-8")))
-    fd, tmp = tempfile.mkstemp(dir=output_path.parent, suffix=".part")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        # numpy scalars and the like: lm-eval's own output writer stringifies them too.
-        json.dump(output, fh, default=lambda o: o.item() if hasattr(o, "item") else str(o))
-    os.replace(tmp, output_path)
+    # numpy scalars and the like: lm-eval's own output writer stringifies them too.
+    replace_file(
+        output_path,
+        lambda fh: json.dump(
+            output, fh, default=lambda o: o.item() if hasattr(o, "item") else str(o)
+        ),
+    )
     return 0
 
 

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import pytest
 
-from humming_matrix.config import EvalConfig
 from humming_matrix.errors import HummingMatrixError
 from humming_matrix.progress import Progress
 from humming_matrix.pytest_plugin import SuiteOptions, failure_message
-from humming_matrix.runner import RunOptions, run_config
+from humming_matrix.suite.config import EvalConfig
+from humming_matrix.suite.runner import RunOptions, run_config
 
 
 def test_gsm8k_correctness_param(gsm8k_config: EvalConfig, suite_options: SuiteOptions) -> None:
-    options = RunOptions(results=suite_options.results, endpoint=suite_options.endpoint,
-                         limit=suite_options.limit)
+    options = RunOptions(
+        results=suite_options.results, endpoint=suite_options.endpoint, limit=suite_options.limit
+    )
     problem = None
     try:
         record = run_config(gsm8k_config, options, Progress())
@@ -28,9 +29,11 @@ def test_gsm8k_correctness_param(gsm8k_config: EvalConfig, suite_options: SuiteO
         pytest.fail(problem, pytrace=False)
     m = record.metrics
     gate = m.threshold - m.tolerance
-    print(f"{gsm8k_config.name}: accuracy={m.accuracy:.4f} | threshold={m.threshold:g} | "
-          f"tolerance={m.tolerance:g} | invalid_rate={m.invalid_rate:.4f} | "
-          f"questions={m.num_questions}")
+    print(
+        f"{gsm8k_config.name}: accuracy={m.accuracy:.4f} | threshold={m.threshold:g} | "
+        f"tolerance={m.tolerance:g} | invalid_rate={m.invalid_rate:.4f} | "
+        f"questions={m.num_questions}"
+    )
     assert m.passed, (
         f"{gsm8k_config.name}: accuracy {m.accuracy:.4f} < {m.threshold:g} - {m.tolerance:g} = "
         f"{gate:.4f} (invalid {m.invalid_rate:.4f}, errors {m.error_count}, "

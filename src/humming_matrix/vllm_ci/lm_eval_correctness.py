@@ -17,12 +17,18 @@ from humming_matrix.progress import Progress
 from humming_matrix.pytest_plugin import SuiteOptions, failure_message
 
 
-def test_lm_eval_correctness_param(lm_eval_config: LmEvalConfig,
-                                   suite_options: SuiteOptions) -> None:
-    suite = LmEvalSuite(SuiteSettings(results=suite_options.results,
-                                      endpoint=suite_options.endpoint,
-                                      limit=suite_options.limit, tp_size=suite_options.tp_size),
-                        Progress())
+def test_lm_eval_correctness_param(
+    lm_eval_config: LmEvalConfig, suite_options: SuiteOptions
+) -> None:
+    suite = LmEvalSuite(
+        SuiteSettings(
+            results=suite_options.results,
+            endpoint=suite_options.endpoint,
+            limit=suite_options.limit,
+            tp_size=suite_options.tp_size,
+        ),
+        Progress(),
+    )
     problem = None
     try:
         record, path = suite.run(lm_eval_config)
@@ -32,4 +38,5 @@ def test_lm_eval_correctness_param(lm_eval_config: LmEvalConfig,
         pytest.fail(problem, pytrace=False)
     failed = [c for c in record.checks if c.verdict is not CheckState.PASSED]
     assert not failed, f"{lm_eval_config.name} ({path.name}):\n" + "\n".join(
-        c.line() for c in failed)
+        c.line() for c in failed
+    )

@@ -1,0 +1,1 @@
+"""Judging two runs: statistics, family-wise control, the paired comparison."""

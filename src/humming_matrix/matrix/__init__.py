@@ -1,0 +1,1 @@
+"""The matrix: cells, pairings, install records, package indexes, requirements, preflight."""

@@ -1,0 +1,1 @@
+"""The store report: one model, renderers for text, Markdown, JUnit and HTML."""

@@ -1,0 +1,1 @@
+"""Records and the store: the record models, atomic writes, lookup."""
