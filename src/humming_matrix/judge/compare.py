@@ -366,21 +366,15 @@ def in_family(tests: Sequence[PairedTest]) -> list[PairedTest]:
     ]
 
 
-@dataclass(frozen=True)
-class ConfigComparison:
-    config: str
-    sha256: str
-    baseline: RunSide
-    candidate: RunSide
-    table: PairedTable
-    excluded_errors: int  # questions with a request error in either run, left out of the pairing
+class JudgedByTest:
+    """What a judged comparison (a GSM8K config, an lm-eval metric) reads off its paired test:
+    one place, so both kinds say the same thing the same way."""
+
     test: PairedTest
-    flips: tuple[Flip, ...]
-    noise: NoiseFloor | None
 
     @property
     def difference(self) -> float:
-        return self.table.difference
+        return self.test.table.difference
 
     @property
     def difference_interval(self) -> Interval:
@@ -405,6 +399,19 @@ class ConfigComparison:
     @property
     def settings(self) -> Settings:
         return self.test.settings
+
+
+@dataclass(frozen=True)
+class ConfigComparison(JudgedByTest):
+    config: str
+    sha256: str
+    baseline: RunSide
+    candidate: RunSide
+    table: PairedTable
+    excluded_errors: int  # questions with a request error in either run, left out of the pairing
+    test: PairedTest
+    flips: tuple[Flip, ...]
+    noise: NoiseFloor | None
 
     @property
     def gate_failed(self) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from humming_matrix.errors import RecordError
 from humming_matrix.judge.compare import (
     FlipDirection,
+    JudgedByTest,
     PairedTest,
     RunEnvironment,
     Settings,
@@ -155,7 +156,7 @@ def _check_json(check: MetricCheck) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class MetricComparison:
+class MetricComparison(JudgedByTest):
     """One (task, `metric,filter`) of one config, paired document by document."""
 
     config: str
@@ -170,34 +171,6 @@ class MetricComparison:
     @property
     def table(self) -> PairedTable:
         return self.test.table
-
-    @property
-    def difference(self) -> float:
-        return self.table.difference
-
-    @property
-    def difference_interval(self) -> Interval:
-        return self.test.difference_interval
-
-    @property
-    def p_regression(self) -> float:
-        return self.test.p_regression
-
-    @property
-    def p_improvement(self) -> float:
-        return self.test.p_improvement
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.test.verdict
-
-    @property
-    def mde(self) -> float | None:
-        return self.test.mde
-
-    @property
-    def settings(self) -> Settings:
-        return self.test.settings
 
     @property
     def gate_failed(self) -> bool:
