@@ -20,6 +20,7 @@ from humming_matrix.errors import RecordError
 from humming_matrix.judge.compare import (
     FlipDirection,
     JudgedByTest,
+    Loaded,
     PairedTest,
     RunEnvironment,
     Settings,
@@ -36,27 +37,7 @@ from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outco
 from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
 from humming_matrix.store.results import RecordKind, record_paths
 
-
-@dataclass(frozen=True)
-class LoadedLmEvalRecord:
-    path: Path
-    record: LmEvalRecord
-
-    @property
-    def config_name(self) -> str:
-        return self.record.config.name
-
-    @property
-    def cell(self) -> RunEnvironment:
-        return RunEnvironment.of(self.record)
-
-    @property
-    def order(self) -> tuple[str, str]:
-        return (self.record.created, self.record.run_id)
-
-    @property
-    def complete(self) -> bool:
-        return self.record.complete
+LoadedLmEvalRecord = Loaded[LmEvalRecord]
 
 
 @dataclass(frozen=True)
