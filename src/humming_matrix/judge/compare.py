@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.judge.family import holm_adjust
@@ -147,10 +147,36 @@ class RunEnvironment:
         return ", ".join(parts)
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class StoredRecord(HasEnvironment, Protocol):
+    """A record of any kind as a store holds it: named config, creation, run, completeness."""
+
+    @property
+    def config(self) -> _Named: ...
+
+    @property
+    def created(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+
+RecordT = TypeVar("RecordT", bound=StoredRecord)
+
+
 @dataclass(frozen=True)
-class LoadedRecord:
+class Loaded(Generic[RecordT]):
+    """A record and the file it came from: what pairing, lookup and reports work on."""
+
     path: Path
-    record: Gsm8kRecord
+    record: RecordT
 
     @property
     def config_name(self) -> str:
@@ -167,6 +193,9 @@ class LoadedRecord:
     @property
     def complete(self) -> bool:
         return self.record.complete
+
+
+LoadedRecord = Loaded[Gsm8kRecord]
 
 
 class Selectable(Protocol):
@@ -366,21 +395,15 @@ def in_family(tests: Sequence[PairedTest]) -> list[PairedTest]:
     ]
 
 
-@dataclass(frozen=True)
-class ConfigComparison:
-    config: str
-    sha256: str
-    baseline: RunSide
-    candidate: RunSide
-    table: PairedTable
-    excluded_errors: int  # questions with a request error in either run, left out of the pairing
+class JudgedByTest:
+    """What a judged comparison (a GSM8K config, an lm-eval metric) reads off its paired test:
+    one place, so both kinds say the same thing the same way."""
+
     test: PairedTest
-    flips: tuple[Flip, ...]
-    noise: NoiseFloor | None
 
     @property
     def difference(self) -> float:
-        return self.table.difference
+        return self.test.table.difference
 
     @property
     def difference_interval(self) -> Interval:
@@ -405,6 +428,19 @@ class ConfigComparison:
     @property
     def settings(self) -> Settings:
         return self.test.settings
+
+
+@dataclass(frozen=True)
+class ConfigComparison(JudgedByTest):
+    config: str
+    sha256: str
+    baseline: RunSide
+    candidate: RunSide
+    table: PairedTable
+    excluded_errors: int  # questions with a request error in either run, left out of the pairing
+    test: PairedTest
+    flips: tuple[Flip, ...]
+    noise: NoiseFloor | None
 
     @property
     def gate_failed(self) -> bool:

@@ -19,6 +19,8 @@ from typing import Any
 from humming_matrix.errors import RecordError
 from humming_matrix.judge.compare import (
     FlipDirection,
+    JudgedByTest,
+    Loaded,
     PairedTest,
     RunEnvironment,
     Settings,
@@ -35,27 +37,7 @@ from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outco
 from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
 from humming_matrix.store.results import RecordKind, record_paths
 
-
-@dataclass(frozen=True)
-class LoadedLmEvalRecord:
-    path: Path
-    record: LmEvalRecord
-
-    @property
-    def config_name(self) -> str:
-        return self.record.config.name
-
-    @property
-    def cell(self) -> RunEnvironment:
-        return RunEnvironment.of(self.record)
-
-    @property
-    def order(self) -> tuple[str, str]:
-        return (self.record.created, self.record.run_id)
-
-    @property
-    def complete(self) -> bool:
-        return self.record.complete
+LoadedLmEvalRecord = Loaded[LmEvalRecord]
 
 
 @dataclass(frozen=True)
@@ -155,7 +137,7 @@ def _check_json(check: MetricCheck) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class MetricComparison:
+class MetricComparison(JudgedByTest):
     """One (task, `metric,filter`) of one config, paired document by document."""
 
     config: str
@@ -170,34 +152,6 @@ class MetricComparison:
     @property
     def table(self) -> PairedTable:
         return self.test.table
-
-    @property
-    def difference(self) -> float:
-        return self.table.difference
-
-    @property
-    def difference_interval(self) -> Interval:
-        return self.test.difference_interval
-
-    @property
-    def p_regression(self) -> float:
-        return self.test.p_regression
-
-    @property
-    def p_improvement(self) -> float:
-        return self.test.p_improvement
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.test.verdict
-
-    @property
-    def mde(self) -> float | None:
-        return self.test.mde
-
-    @property
-    def settings(self) -> Settings:
-        return self.test.settings
 
     @property
     def gate_failed(self) -> bool:
