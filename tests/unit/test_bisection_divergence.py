@@ -14,6 +14,7 @@ import pytest
 from packaging.version import Version
 
 from humming_matrix.bisect.driver import BisectLog, BisectResult, Driver, Plan
+from humming_matrix.bisect.paired_judge import DivergenceJudge
 from humming_matrix.bisect.search import Conclusion, Verdict
 from humming_matrix.bisect.version_runner import (
     DIVERGENCE_REPEAT_SUFFIX,
@@ -23,7 +24,6 @@ from humming_matrix.bisect.version_runner import (
     Tier,
 )
 from humming_matrix.divergence.passes import DIVERGENCE_ONLY_ENV, STAGE_REPEAT
-from humming_matrix.judge.paired_judge import DivergenceJudge
 from humming_matrix.matrix.cells import Matrix, load_matrix
 from humming_matrix.suite.config import EvalConfig, load_config
 from tests.doubles.divergence_pass_double import write_pass

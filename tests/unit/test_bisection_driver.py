@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from humming_matrix.bisect.driver import BisectLog, BisectResult, Driver, Plan
+from humming_matrix.bisect.paired_judge import PairedJudge
 from humming_matrix.bisect.search import Conclusion, Verdict
 from humming_matrix.bisect.version_runner import Prober, ProbeStatus, Suite
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.judge.paired_judge import PairedJudge
 from humming_matrix.matrix.cells import Matrix, load_matrix
 from humming_matrix.store.results import (
     ConfigInfo,

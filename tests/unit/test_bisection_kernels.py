@@ -11,10 +11,10 @@ import pytest
 from packaging.version import Version
 
 from humming_matrix.bisect.driver import BisectLog, Driver, Plan
+from humming_matrix.bisect.paired_judge import KernelJudge
 from humming_matrix.bisect.report import evidence_lines
 from humming_matrix.bisect.search import Conclusion, Verdict
 from humming_matrix.bisect.version_runner import Prober, ProbeStatus, Suite, Tier
-from humming_matrix.judge.paired_judge import KernelJudge
 from humming_matrix.kernels.record import Settings, build_record, write_record
 from humming_matrix.kernels.watchdog import SuiteRun
 from humming_matrix.matrix.cells import Matrix, load_matrix

@@ -7,11 +7,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from humming_matrix.bisect.paired_judge import Judgement, PairedJudge
 from humming_matrix.bisect.premerge import cells_for, diff_pins, humming_version, run_gate
 from humming_matrix.bisect.search import Verdict
 from humming_matrix.bisect.version_runner import ProbeResult, ProbeStatus
 from humming_matrix.errors import InfrastructureError, RequirementsError
-from humming_matrix.judge.paired_judge import Judgement, PairedJudge
 from humming_matrix.matrix.cells import Cell, Matrix, load_matrix
 from humming_matrix.matrix.requirements_file import Pin, parse_requirements
 from humming_matrix.store.results import (

@@ -21,10 +21,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import IO, Any
 
+from humming_matrix.bisect.paired_judge import Judgement, judge_failed_start, stack
 from humming_matrix.bisect.search import Bisection, Outcome, Verdict, search
 from humming_matrix.bisect.version_runner import Prober, ProbeResult, ProbeStatus, Tier
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.judge.paired_judge import Judgement, judge_failed_start, stack
 from humming_matrix.matrix.cells import Matrix
 from humming_matrix.store.results import utc_now_iso
 

@@ -23,10 +23,10 @@ from typing import Protocol
 from packaging.version import InvalidVersion, Version
 
 from humming_matrix.bisect.driver import judge_crash
+from humming_matrix.bisect.paired_judge import Judgement, PairedJudge, judge_failed_start, stack
 from humming_matrix.bisect.search import Verdict
 from humming_matrix.bisect.version_runner import ProbeResult, ProbeStatus
 from humming_matrix.errors import InfrastructureError, RequirementsError, UsageError
-from humming_matrix.judge.paired_judge import Judgement, PairedJudge, judge_failed_start, stack
 from humming_matrix.matrix.cells import Cell, Matrix
 from humming_matrix.matrix.requirements_file import Pin, parse_requirements
 

@@ -11,6 +11,7 @@ from packaging.version import InvalidVersion, Version
 
 from humming_matrix.bisect import report as bisect_report
 from humming_matrix.bisect.driver import BisectLog, Driver, Plan
+from humming_matrix.bisect.paired_judge import DivergenceJudge, KernelJudge, PairedJudge
 from humming_matrix.bisect.search import Bisection, Conclusion
 from humming_matrix.bisect.version_runner import (
     DEFAULT_PROBE_TIMEOUT_S,
@@ -23,7 +24,6 @@ from humming_matrix.ci.slots import SlotPool
 from humming_matrix.errors import ExitCode, UsageError
 from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.judge.compare import Settings
-from humming_matrix.judge.paired_judge import DivergenceJudge, KernelJudge, PairedJudge
 from humming_matrix.matrix.cells import (
     CHECKOUT_CONFIG_LIST,
     CHECKOUT_NOXFILE,

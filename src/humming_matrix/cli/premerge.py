@@ -7,13 +7,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from humming_matrix.bisect import premerge
+from humming_matrix.bisect.paired_judge import PairedJudge
 from humming_matrix.bisect.search import Verdict
 from humming_matrix.bisect.version_runner import ProbeStatus
 from humming_matrix.cli.bisect import add_suite_arguments, prober_from, suite_from
 from humming_matrix.errors import ExitCode, InfrastructureError, UsageError
 from humming_matrix.interrupts import terminate_unwinds
 from humming_matrix.judge.compare import Settings
-from humming_matrix.judge.paired_judge import PairedJudge
 from humming_matrix.matrix.cells import load_matrix
 
 DEFAULT_REQUIREMENTS = PurePosixPath("requirements/cuda.txt")

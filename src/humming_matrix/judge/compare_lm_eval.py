@@ -11,6 +11,7 @@ candidate's config names that misses lm-eval's pass rule (or that lm-eval did no
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +35,6 @@ from humming_matrix.judge.compare import (
 from humming_matrix.judge.stats import Interval, PairedTable, wilson_interval
 from humming_matrix.lmeval.record import CheckState, LmEvalRecord, MetricCheck, load_lm_eval_record
 from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outcomes
-from humming_matrix.lmeval.record import paired_table as lm_eval_paired_table
 from humming_matrix.store.results import RecordKind, record_paths
 
 LoadedLmEvalRecord = Loaded[LmEvalRecord]
@@ -324,6 +324,16 @@ def _check_pairable(baseline: LoadedLmEvalRecord, candidate: LoadedLmEvalRecord)
             f"config {cand.config.name} differs from the baseline's ({cand.config.sha256[:12]} vs "
             f"{base.config.sha256[:12]} in {baseline.path}): different configs cannot be paired",
         )
+
+
+def lm_eval_paired_table(
+    baseline: LmEvalRecord, candidate: LmEvalRecord, task: str, key: str
+) -> PairedTable:
+    """The 2x2 table of one metric of two runs, judged exactly as a GSM8K config's table."""
+    counts = Counter((b, c) for _, b, c in lm_eval_paired_outcomes(baseline, candidate, task, key))
+    return PairedTable(
+        counts[True, True], counts[True, False], counts[False, True], counts[False, False]
+    )
 
 
 def _pairable_keys(

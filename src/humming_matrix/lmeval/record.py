@@ -10,7 +10,6 @@ so two runs can be paired question by question, as GSM8K records are.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import RecordError
-from humming_matrix.judge.stats import PairedTable
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.store.results import (
     SCHEMA_VERSION,
@@ -349,14 +347,3 @@ def paired_outcomes(
             "the runs did not score the same documents",
         )
     return [(doc, base[doc], cand[doc]) for doc in sorted(base)]
-
-
-def paired_table(
-    baseline: LmEvalRecord, candidate: LmEvalRecord, task: str, key: str
-) -> PairedTable:
-    """The 2x2 table of one metric of two runs, for `humming_matrix.judge.compare.decide` and the
-    statistics in `humming_matrix.judge.stats`, exactly as for GSM8K records."""
-    counts = Counter((b, c) for _, b, c in paired_outcomes(baseline, candidate, task, key))
-    return PairedTable(
-        counts[True, True], counts[True, False], counts[False, True], counts[False, False]
-    )
