@@ -95,7 +95,8 @@ def run_session(tmp_path: Path, calls: CodesDouble, environ: dict[str, str], *op
 
 def test_a_listed_config_gets_a_divergence_stage_after_gsm8k(tmp_path: Path, matrix: Path) -> None:
     calls = CodesDouble({"run": 1, "divergence": 0})
-    listed = divergence_list(tmp_path, OTHER)
+    # A config the list names and the run does not (gpt-oss) is left out.
+    listed = divergence_list(tmp_path, OTHER, CONFIG.parent / "gpt-oss-20b-humming.yaml")
     code = run_session(tmp_path, calls, {}, "--divergence-list", str(listed))
     store = str(tmp_path / "store")
     assert calls.commands == [
