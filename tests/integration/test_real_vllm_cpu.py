@@ -606,7 +606,7 @@ def test_a_a_compare_finds_no_change_and_report_renders_both_runs(
     done = _humming_matrix("compare", base, cand, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "tiny-llama-cpu: NO CHANGE"
+    assert lines[0] == "tiny-llama-cpu: NO CHANGE DETECTED"
     assert lines[1].split()[:2] == ["baseline", f"{base_record.metrics.accuracy:.4f}"]
     assert lines[1].endswith(f"  run {base_record.run_id}")
     assert lines[2].endswith(f"  run {cand_record.run_id}")
