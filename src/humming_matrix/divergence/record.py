@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import RecordError
+from humming_matrix.store.records import read_json
 from humming_matrix.store.results import (
     ConfigInfo,
     Timings,
     _Reader,
-    read_json,
     write_json_atomic,
 )
 

@@ -21,10 +21,10 @@ from typing import Any
 from humming_matrix.errors import RecordError
 from humming_matrix.kernels.assess import CaseState, assess_case
 from humming_matrix.kernels.watchdog import SuiteRun
+from humming_matrix.store.records import read_json
 from humming_matrix.store.results import (
     SCHEMA_VERSION,
     RecordKind,
-    read_json,
     record_filename,
     write_json_atomic,
 )
