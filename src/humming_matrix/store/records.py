@@ -48,6 +48,10 @@ class RecordType(Generic[T]):
             raise RecordError(path, "schema_version", f"expected {self.schema_version}")
         if self.kind is not None and data.get("kind") != self.kind:
             raise RecordError(path, "kind", f"expected {self.kind!r}, got {data.get('kind')!r}")
+        return self.check(data, path)
+
+    def check(self, data: Any, path: Path) -> T:
+        """`data` against the model alone (no version or kind check: a record built in memory)."""
         try:
             return msgspec.convert(data, self.model, strict=True)
         except msgspec.ValidationError as exc:
