@@ -1,0 +1,94 @@
+"""The published JSON Schemas (docs/schema/): what the models make, and every committed record
+valid against its kind's schema, checked by jsonschema (an implementation other than ours)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from humming_matrix.errors import RecordError
+from humming_matrix.store.records import RecordType
+from humming_matrix.store.results import GSM8K_RECORD, load_gsm8k_record
+from humming_matrix.store.schemas import RECORD_TYPES, schema_name, schema_text, write_schemas
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "docs" / "schema"
+RESULTS = ROOT / "results"
+BY_NAME = {t.name: t for t in RECORD_TYPES}
+
+
+def kind_of(path: Path) -> str | None:
+    """Which schema a committed file answers to, by its name as the store writes it."""
+    if path.name == "humming-install.json":
+        return "install"
+    prefix = path.name.split("__", 1)[0]
+    return prefix if "__" in path.name and prefix in BY_NAME else None
+
+
+def validator(record_type: RecordType[Any]) -> jsonschema.protocols.Validator:
+    schema = json.loads((SCHEMAS / schema_name(record_type)).read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def committed_records() -> list[tuple[str, Path]]:
+    found = [(kind_of(p), p) for p in sorted(RESULTS.rglob("*.json"))]
+    return [(kind, p) for kind, p in found if kind is not None]
+
+
+def test_committed_schemas_are_what_the_models_make(tmp_path: Path) -> None:
+    assert sorted(p.name for p in SCHEMAS.glob("*.schema.json")) == sorted(
+        schema_name(t) for t in RECORD_TYPES
+    )
+    for record_type in RECORD_TYPES:
+        committed = (SCHEMAS / schema_name(record_type)).read_text(encoding="utf-8")
+        assert committed == schema_text(record_type), (
+            f"docs/schema/{schema_name(record_type)} is stale: run tools/record_schemas.py"
+        )
+    written = write_schemas(tmp_path)
+    assert [p.read_text(encoding="utf-8") for p in written] == [
+        (SCHEMAS / p.name).read_text(encoding="utf-8") for p in written
+    ]
+
+
+def test_the_committed_results_cover_every_kind_they_hold() -> None:
+    counts: dict[str, int] = {}
+    for kind, _ in committed_records():
+        counts[kind] = counts.get(kind, 0) + 1
+    # results/h200-gsm8k (GSM8K runs and their sessions' install records), results/h200 (kernels)
+    assert counts == {"gsm8k": 6, "install": 7, "kernels": 52}
+
+
+@pytest.mark.parametrize("kind", ["gsm8k", "install", "kernels"])
+def test_every_committed_record_is_valid_against_its_schema(kind: str) -> None:
+    check = validator(BY_NAME[kind])
+    for found, path in committed_records():
+        if found == kind:
+            errors = [e.message for e in check.iter_errors(json.loads(path.read_text()))]
+            assert errors == [], f"{path}: {errors[:3]}"
+
+
+def test_the_schema_and_the_loader_refuse_the_same_record(tmp_path: Path) -> None:
+    source = next(p for kind, p in committed_records() if kind == "gsm8k")
+    data = json.loads(source.read_text(encoding="utf-8"))
+    data["questions"][3]["index"] = True
+    data["kind"] = "gsm8k"
+    errors = list(validator(GSM8K_RECORD).iter_errors(data))
+    assert [(list(e.absolute_path), e.message) for e in errors] == [
+        (["questions", 3, "index"], "True is not of type 'integer'")
+    ]
+    path = tmp_path / source.name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(RecordError) as refused:
+        load_gsm8k_record(path)
+    assert str(refused.value) == f"{path}: questions[3].index: expected int, got bool"
+    data["questions"][3]["index"] = 3
+    data["kind"] = "kernels"
+    assert [e.message for e in validator(GSM8K_RECORD).iter_errors(data)] == [
+        "'gsm8k' was expected"
+    ]
