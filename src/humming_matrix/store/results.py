@@ -356,43 +356,6 @@ GSM8K_RECORD = RecordType(
 )
 
 
-class _Reader:
-    """Typed field access whose errors name the file and the key path."""
-
-    _MISSING = object()
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def get(
-        self,
-        data: Mapping[str, Any],
-        key: str,
-        types: type | tuple[type, ...],
-        prefix: str = "",
-        default: Any = _MISSING,
-    ) -> Any:
-        where = f"{prefix}.{key}" if prefix else key
-        if key not in data:
-            if default is not self._MISSING:
-                return default
-            raise RecordError(self.path, where, "missing")
-        value = data[key]
-        wanted = types if isinstance(types, tuple) else (types,)
-        # bool is an int in Python; a record that says `"index": true` is still wrong.
-        if isinstance(value, bool) and bool not in wanted:
-            raise RecordError(self.path, where, f"expected {_names(wanted)}, got bool")
-        if not isinstance(value, wanted):
-            raise RecordError(
-                self.path, where, f"expected {_names(wanted)}, got {type(value).__name__}"
-            )
-        return value
-
-
-def _names(types: Sequence[type]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
-
-
 def record_filename(kind: RecordKind, name: str, version: str | None, run_id: str) -> str:
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
     return f"{kind.value}__{safe}__{version or 'unknown'}__{run_id}.json"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.store.atomic_files import replace_file
+from humming_matrix.store.divergence import DIVERGENCE_RECORD
 from humming_matrix.store.install import INSTALL_RECORD
 from humming_matrix.store.kernels import KERNEL_RECORD
 from humming_matrix.store.lm_eval import LM_EVAL_RECORD
@@ -22,6 +23,7 @@ RECORD_TYPES: tuple[RecordType[Any], ...] = (
     GSM8K_RECORD,
     LM_EVAL_RECORD,
     KERNEL_RECORD,
+    DIVERGENCE_RECORD,
     INSTALL_RECORD,
 )
 
