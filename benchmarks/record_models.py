@@ -10,8 +10,8 @@ importing it, defining the record models, validating one record. Each repeat sta
 - `msgspec models + load`, `pydantic models + load`: the library, the GSM8K record's models
   (the same fields and types in both, strict: no str -> int coercion, no bool for an int) and
   one validated load of a real record (1319 questions): msgspec converts what `json.load`
-  returns (as the store's loader does), pydantic validates the JSON text (its fast path; its
-  strict Python mode refuses a list for a tuple).
+  returns into frozen dataclasses (as `store.records` does), pydantic validates the JSON text
+  into frozen BaseModels (its fast path; its strict Python mode refuses a list for a tuple).
 
     python benchmarks/record_models.py --python /path/to/matrix-env/bin/python --repeats 15
 """
@@ -30,10 +30,12 @@ DEFAULT_RECORD = next(iter(sorted((ROOT / "results" / "h200-gsm8k").glob("*/gsm8
 
 MSGSPEC_MODELS = """
 import json, sys
+from dataclasses import dataclass, field
 from typing import Any, Literal
 import msgspec
 
-class Question(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Question:
     index: int
     correct: bool
     prediction: int | None
@@ -41,7 +43,8 @@ class Question(msgspec.Struct, frozen=True):
     error: str | None
     output: str = ""
 
-class Metrics(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Metrics:
     accuracy: float
     invalid_rate: float
     error_count: int
@@ -51,18 +54,21 @@ class Metrics(msgspec.Struct, frozen=True):
     passed: bool
     duration: float
 
-class Timings(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Timings:
     install: float | None
     startup: float | None
     asking: float
 
-class Config(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Config:
     name: str
     path: str
     sha256: str
     fields: dict[str, Any]
 
-class Record(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Record:
     schema_version: Literal[1]
     kind: Literal["gsm8k"]
     run_id: str
@@ -73,7 +79,7 @@ class Record(msgspec.Struct, frozen=True):
     metrics: Metrics
     questions: tuple[Question, ...]
     resumed_from: str | None = None
-    server: dict[str, Any] = {}
+    server: dict[str, Any] = field(default_factory=dict)
     startup: dict[str, Any] | None = None
     timings: Timings | None = None
 
