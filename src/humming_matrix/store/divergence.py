@@ -34,12 +34,12 @@ class ForcedAnswerFile:
 
 @dataclass(frozen=True)
 class DivergenceFile:
+    top_k: int  # first: every array is read by it, so a file without it is refused for that
     run_id: str
     created: str
     complete: bool
     config: ConfigInfo
     environment: Mapping[str, Any]
-    top_k: int
     questions: tuple[ForcedAnswerFile, ...]
     server: Mapping[str, Any] = field(default_factory=dict)
     startup: Mapping[str, Any] | None = None
