@@ -1,4 +1,5 @@
-"""Result records: the schema, atomic never-overwriting writes, and lookup in a store.
+"""Result records: the GSM8K record's model, the secrets policy, record names, atomic
+never-overwriting writes, and the record files in a store (loaded through `store.records`).
 
 A store is a directory of JSON files, one per (config, run). It is the only interface between the
 sessions that produce results and the commands that judge them, so records from many machines must
