@@ -15,7 +15,7 @@ import pytest
 
 CAPTURE = (
     "import importlib.util, json\n"
-    "from humming_matrix import environment, installation\n"
+    "from humming_matrix import environment\n"
     "from humming_matrix.distributions import installed_packages\n"
     "env = environment.capture()\n"
     "print(json.dumps({'imported_from': importlib.util.find_spec('humming').origin,\n"

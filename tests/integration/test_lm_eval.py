@@ -23,7 +23,8 @@ from humming_matrix.judge.compare import Settings, decide
 from humming_matrix.judge.compare import Verdict as CompareVerdict
 from humming_matrix.judge.compare_lm_eval import lm_eval_paired_table as paired_table
 from humming_matrix.judge.stats import regression_midp
-from humming_matrix.lmeval.record import CheckState, LmEvalRecord, iter_lm_eval_records
+from humming_matrix.lmeval.record import iter_lm_eval_records
+from humming_matrix.store.lm_eval import CheckState, LmEvalRecord
 from humming_matrix.suite.server import free_port
 
 from .runner_harness import alive, cli

@@ -15,9 +15,10 @@ from humming_matrix.bisect.paired_judge import KernelJudge
 from humming_matrix.bisect.report import evidence_lines
 from humming_matrix.bisect.search import Conclusion, Verdict
 from humming_matrix.bisect.version_runner import Prober, ProbeStatus, Suite, Tier
-from humming_matrix.kernels.record import Settings, build_record, write_record
+from humming_matrix.kernels.record import build_record, write_record
 from humming_matrix.kernels.watchdog import SuiteRun
 from humming_matrix.matrix.cells import Matrix, load_matrix
+from humming_matrix.store.kernels import Settings
 from humming_matrix.store.results import new_run_id, utc_now_iso
 from tests.unit.test_bisection_driver import TEST_MATRIX, VERSIONS
 

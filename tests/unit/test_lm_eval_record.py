@@ -12,13 +12,9 @@ import yaml
 from humming_matrix.errors import ConfigError, RecordError
 from humming_matrix.lmeval.config import load_lm_eval_config
 from humming_matrix.lmeval.record import (
-    CheckState,
-    LmEvalRecord,
-    MetricCheck,
     checks_from_output,
     load_lm_eval_record,
     paired_outcomes,
-    passes,
     samples_from_output,
     write_lm_eval_record,
 )
@@ -26,6 +22,7 @@ from humming_matrix.lmeval.suite import effective_limit, model_args, worker_envi
 from humming_matrix.lmeval.tasks import write_task_dir
 from humming_matrix.lmeval.worker import slim_sample
 from humming_matrix.pytest_plugin import resolve_list_file
+from humming_matrix.store.lm_eval import CheckState, LmEvalRecord, MetricCheck, passes
 from humming_matrix.store.results import ConfigInfo
 
 CONFIG = """\
@@ -177,7 +174,7 @@ def test_a_malformed_record_names_the_key(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(RecordError) as raised:
         load_lm_eval_record(path)
-    assert str(raised.value) == f"{path}: samples[2]: missing 'filter'"
+    assert str(raised.value) == f"{path}: samples[2].filter: missing"
 
 
 def test_the_local_task_includes_lm_evals_own_file_and_swaps_only_the_data(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from humming_matrix.errors import ExitCode, RecordError, UntestableError
 from humming_matrix.matrix import installation
 from humming_matrix.matrix.cells import Cell, load_matrix
 from humming_matrix.matrix.installation import Outcome, Stage
+from humming_matrix.store.install import InstallRecord
 
 MATRIX = """
 [recipe.full]
@@ -37,7 +38,7 @@ def cells(tmp_path: Path) -> dict[str, Cell]:
     return {c.session: c for c in load_matrix(path).cells()}
 
 
-def record(cell: Cell, **packages: str) -> installation.InstallRecord:
+def record(cell: Cell, **packages: str) -> InstallRecord:
     installed = {**BASE, "humming-kernels": str(cell.humming), **packages}
     return installation.capture(cell, packages=installed, requirements=HUMMING_REQS, now=NOW)
 
@@ -126,6 +127,23 @@ def test_unreadable_record_is_one_line(tmp_path: Path) -> None:
     path.write_text('{"schema_version": 1}', encoding="utf-8")
     with pytest.raises(RecordError) as info:
         installation.read_record(path)
-    assert str(info.value) == f"{path}: session: missing from the install record"
-    with pytest.raises(RecordError, match=r"missing\.json: no such install record$"):
+    assert str(info.value) == f"{path}: session: missing"
+    with pytest.raises(RecordError, match=r"missing\.json: no such file$"):
         installation.read_record(tmp_path / "missing.json")
+
+
+def test_install_record_fields_are_checked_by_key(tmp_path: Path, cells: dict[str, Cell]) -> None:
+    path = tmp_path / "record.json"
+    installation.write_record(path, record(cells["humming-0.1.19"]))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["stages"] = ["installed", "bogus"]
+    data["exit_code"] = "3"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(RecordError) as info:
+        installation.read_record(path)
+    assert str(info.value) == f"{path}: stages[1]: invalid enum value 'bogus'"
+    data["stages"] = ["installed"]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(RecordError) as info:
+        installation.read_record(path)
+    assert str(info.value) == f"{path}: exit_code: expected int or null, got str"

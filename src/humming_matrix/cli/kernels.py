@@ -35,13 +35,13 @@ from humming_matrix.kernels.cases import (
 from humming_matrix.kernels.judge import CaseState
 from humming_matrix.kernels.models import SUITE, UNMODELLED, USES, suite_from
 from humming_matrix.kernels.record import (
-    Settings,
     build_record,
     overall_state,
     versions_table,
     write_record,
 )
 from humming_matrix.kernels.watchdog import DEFAULT_WORKER, Watchdog
+from humming_matrix.store.kernels import Settings
 from humming_matrix.store.results import new_run_id, utc_now_iso
 
 _GPU_CHECK = (

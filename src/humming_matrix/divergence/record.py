@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.errors import RecordError
-from humming_matrix.store.results import (
-    ConfigInfo,
-    Timings,
-    _Reader,
-    read_json,
-    write_json_atomic,
+from humming_matrix.store.divergence import (
+    DIVERGENCE_RECORD,
+    KIND,
+    SCHEMA_VERSION,
+    ForcedAnswerFile,
 )
+from humming_matrix.store.records import read_json
+from humming_matrix.store.results import ConfigInfo, Timings, write_json_atomic
 
-KIND = "divergence"
-SCHEMA_VERSION = 1
 # Where the server listed fewer than k alternatives (a vocabulary smaller than k).
 PAD_ID = -1
 PAD_LOGPROB = -9999.0  # vLLM's own stand-in for -inf in JSON
@@ -144,64 +143,42 @@ class DivergenceRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], path: Path) -> DivergenceRecord:
-        reader = _Reader(path)
-        if reader.get(data, "schema_version", int) != SCHEMA_VERSION:
-            raise RecordError(path, "schema_version", f"expected {SCHEMA_VERSION}")
-        kind = reader.get(data, "kind", str)
-        if kind != KIND:
-            raise RecordError(path, "kind", f"expected {KIND!r}, got {kind!r}")
-        top_k = reader.get(data, "top_k", int)
-        if top_k < 1:
-            raise RecordError(path, "top_k", f"must be at least 1, got {top_k}")
-        config = reader.get(data, "config", dict)
-        questions = []
-        for i, q in enumerate(reader.get(data, "questions", list)):
-            where = f"questions[{i}]"
-            if not isinstance(q, dict):
-                raise RecordError(path, where, "expected an object")
-            questions.append(_question(reader, q, where, top_k, path))
-        timings = reader.get(data, "timings", (dict, type(None)), default=None)
+        stored = DIVERGENCE_RECORD.parse(data, path)
+        if stored.top_k < 1:
+            raise RecordError(path, "top_k", f"must be at least 1, got {stored.top_k}")
         return cls(
-            run_id=reader.get(data, "run_id", str),
-            created=reader.get(data, "created", str),
-            complete=reader.get(data, "complete", bool),
-            config=ConfigInfo(
-                name=reader.get(config, "name", str, "config"),
-                path=reader.get(config, "path", str, "config"),
-                sha256=reader.get(config, "sha256", str, "config"),
-                fields=reader.get(config, "fields", dict, "config"),
+            run_id=stored.run_id,
+            created=stored.created,
+            complete=stored.complete,
+            config=stored.config,
+            environment=stored.environment,
+            server=stored.server,
+            startup=stored.startup,
+            timings=stored.timings,
+            top_k=stored.top_k,
+            questions=tuple(
+                _question(q, f"questions[{i}]", stored.top_k, path)
+                for i, q in enumerate(stored.questions)
             ),
-            environment=reader.get(data, "environment", dict),
-            server=reader.get(data, "server", dict, default={}),
-            startup=reader.get(data, "startup", (dict, type(None)), default=None),
-            timings=None
-            if timings is None
-            else Timings(
-                install=reader.get(timings, "install", (int, float, type(None)), "timings"),
-                startup=reader.get(timings, "startup", (int, float, type(None)), "timings"),
-                asking=reader.get(timings, "asking", (int, float), "timings"),
-            ),
-            top_k=top_k,
-            questions=tuple(questions),
         )
 
 
-def _question(
-    reader: _Reader, q: Mapping[str, Any], where: str, top_k: int, path: Path
-) -> AnswerLogprobs:
-    index = reader.get(q, "index", int, where)
-    error = reader.get(q, "error", (str, type(None)), where)
-    if error is not None:
-        return AnswerLogprobs(index, error)
-    arrays = {
-        name: _decode(reader.get(q, name, str, where), code, path, f"{where}.{name}")
-        for name, code in (
-            ("tokens", "i"),
-            ("logprobs", "f"),
-            ("top_ids", "i"),
-            ("top_logprobs", "f"),
-        )
+def _question(q: ForcedAnswerFile, where: str, top_k: int, path: Path) -> AnswerLogprobs:
+    if q.error is not None:
+        return AnswerLogprobs(q.index, q.error)
+    encoded = {
+        "tokens": q.tokens,
+        "logprobs": q.logprobs,
+        "top_ids": q.top_ids,
+        "top_logprobs": q.top_logprobs,
     }
+    if q.span_start is None:
+        raise RecordError(path, f"{where}.span_start", "missing")
+    arrays = {}
+    for (name, text), code in zip(encoded.items(), ("i", "f", "i", "f"), strict=True):
+        if text is None:
+            raise RecordError(path, f"{where}.{name}", "missing")
+        arrays[name] = _decode(text, code, path, f"{where}.{name}")
     n = len(arrays["tokens"])
     expected = {"tokens": n, "logprobs": n, "top_ids": n * top_k, "top_logprobs": n * top_k}
     for name, length in expected.items():
@@ -211,7 +188,7 @@ def _question(
                 f"{where}.{name}",
                 f"{len(arrays[name])} values, expected {length} ({n} tokens, top_k {top_k})",
             )
-    return AnswerLogprobs(index, None, reader.get(q, "span_start", int, where), **arrays)
+    return AnswerLogprobs(q.index, None, q.span_start, **arrays)
 
 
 def record_filename(config_name: str, humming: str | None, run_id: str) -> str:

@@ -55,11 +55,11 @@ from humming_matrix.judge.stats import (
     regression_midp,
     wilson_interval,
 )
+from humming_matrix.store.records import read_json
 from humming_matrix.store.results import (
     Gsm8kRecord,
     RecordKind,
     load_gsm8k_record,
-    read_json,
     record_paths,
 )
 

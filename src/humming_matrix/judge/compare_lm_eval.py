@@ -33,8 +33,9 @@ from humming_matrix.judge.compare import (
     select,
 )
 from humming_matrix.judge.stats import Interval, PairedTable, wilson_interval
-from humming_matrix.lmeval.record import CheckState, LmEvalRecord, MetricCheck, load_lm_eval_record
+from humming_matrix.lmeval.record import load_lm_eval_record
 from humming_matrix.lmeval.record import paired_outcomes as lm_eval_paired_outcomes
+from humming_matrix.store.lm_eval import CheckState, LmEvalRecord, MetricCheck
 from humming_matrix.store.results import RecordKind, record_paths
 
 LoadedLmEvalRecord = Loaded[LmEvalRecord]

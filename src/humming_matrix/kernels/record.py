@@ -14,40 +14,21 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from humming_matrix.errors import RecordError
 from humming_matrix.kernels.assess import CaseState, assess_case
 from humming_matrix.kernels.watchdog import SuiteRun
+from humming_matrix.store.kernels import KERNEL_RECORD, Settings
+from humming_matrix.store.records import read_json
 from humming_matrix.store.results import (
     SCHEMA_VERSION,
     RecordKind,
-    read_json,
     record_filename,
     write_json_atomic,
 )
 
 RECORD_NAME = "suite"
-
-
-@dataclass(frozen=True)
-class Settings:
-    batch_sizes: tuple[int, ...]
-    repeats: int
-    draws: int
-    seed: int
-    timeout_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "batch_sizes": list(self.batch_sizes),
-            "repeats": self.repeats,
-            "draws": self.draws,
-            "seed": self.seed,
-            "timeout_s": self.timeout_s,
-        }
 
 
 def _finite(value: Any) -> Any:
@@ -111,36 +92,16 @@ def overall_state(record: Mapping[str, Any]) -> CaseState:
 
 
 def load_kernel_record(path: Path) -> dict[str, Any]:
-    """Read and check a kernel record's shape; errors name the file and the key."""
+    """Read a kernel record and check it against its model (`store.kernels`); the judge and
+    the report read it as the JSON it is."""
     data = read_json(path)
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise RecordError(path, "schema_version", f"expected {SCHEMA_VERSION}")
-    if data.get("kind") != RecordKind.KERNELS.value:
-        raise RecordError(path, "kind", f"expected 'kernels', got {data.get('kind')!r}")
-    check_kernel_record(data, path)
+    KERNEL_RECORD.parse(data, path)
     return data
 
 
 def check_kernel_record(data: Mapping[str, Any], path: Path | str) -> None:
-    for key, kind in (("run_id", str), ("environment", dict), ("cases", list)):
-        if not isinstance(data.get(key), kind):
-            raise RecordError(path, key, f"expected {kind.__name__}")
-    for i, case in enumerate(data["cases"]):
-        where = f"cases[{i}]"
-        if not isinstance(case, dict):
-            raise RecordError(path, where, "expected an object")
-        if not isinstance(case.get("name"), str):
-            raise RecordError(path, f"{where}.name", "expected str")
-        try:
-            CaseState(case.get("state"))
-        except ValueError:
-            state = case.get("state")
-            raise RecordError(path, f"{where}.state", f"unknown state {state!r}") from None
-        if not isinstance(case.get("batches"), list):
-            raise RecordError(path, f"{where}.batches", "expected a list")
-        for j, batch in enumerate(case["batches"]):
-            if not isinstance(batch, dict) or not isinstance(batch.get("m"), int):
-                raise RecordError(path, f"{where}.batches[{j}].m", "expected int")
+    """A record built in memory (or handed to the judge) against the model, as if loaded."""
+    KERNEL_RECORD.check(data, Path(path))
 
 
 def humming_version(record: Mapping[str, Any]) -> str | None:

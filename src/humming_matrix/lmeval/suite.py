@@ -28,7 +28,6 @@ from humming_matrix import environment, process_group
 from humming_matrix.errors import ConfigError, InfrastructureError, UsageError
 from humming_matrix.lmeval.config import LmEvalConfig
 from humming_matrix.lmeval.record import (
-    LmEvalRecord,
     checks_from_output,
     samples_from_output,
     write_lm_eval_record,
@@ -36,6 +35,7 @@ from humming_matrix.lmeval.record import (
 from humming_matrix.lmeval.tasks import write_task_dir
 from humming_matrix.lmeval.worker import EXIT_UNKNOWN_TASK
 from humming_matrix.progress import Progress
+from humming_matrix.store.lm_eval import LmEvalRecord
 from humming_matrix.store.results import (
     ConfigInfo,
     RecordKind,

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from enum import Enum
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
@@ -26,27 +25,12 @@ from humming_matrix.distributions import canonical, installed_packages
 from humming_matrix.errors import RecordError, UntestableError
 from humming_matrix.matrix.cells import Cell
 from humming_matrix.store.atomic_files import replace_file
+from humming_matrix.store.install import HUMMING_DIST, INSTALL_RECORD, InstallRecord
+from humming_matrix.store.install import Outcome as Outcome  # the session command's words
+from humming_matrix.store.install import Stage as Stage
+from humming_matrix.store.records import load_record
 
-SCHEMA_VERSION = 1
-HUMMING_DIST = "humming-kernels"
 RECORD_NAME = "humming-install.json"
-
-
-class Stage(str, Enum):
-    INSTALLED = "installed"
-    VERIFIED = "verified"  # the installed humming-kernels is the one the session names
-    PREFLIGHT = "preflight"
-    RUN = "run"  # the GSM8K stage (or the kernels probe) started
-
-
-class Outcome(str, Enum):
-    IN_PROGRESS = "in_progress"
-    INSTALL_FAILED = "install_failed"  # 125: the installer could not build the cell
-    VERSION_MISMATCH = "version_mismatch"  # 125
-    PREFLIGHT_FAILED = "preflight_failed"  # 125
-    PREFLIGHT_ONLY = "preflight_only"  # only the preflight ran (asked for, or no GPU)
-    ERROR = "error"  # a usage, config or infrastructure error stopped the session
-    RAN = "ran"  # the run (or kernels) command finished with `exit_code`
 
 
 @dataclass(frozen=True)
@@ -60,80 +44,6 @@ class Difference:
     @property
     def single_variable(self) -> bool:
         return not self.others
-
-
-@dataclass(frozen=True)
-class InstallRecord:
-    session: str
-    cell: Mapping[str, Any]
-    python: str
-    executable: str
-    packages: Mapping[str, str]  # canonical name -> version
-    humming_requirements: tuple[str, ...]  # canonical names humming-kernels itself requires
-    created: str
-    stages: tuple[Stage, ...] = ()
-    outcome: Outcome = Outcome.IN_PROGRESS
-    message: str = ""
-    preflight: Mapping[str, Any] | None = None
-    single_variable: tuple[Mapping[str, Any], ...] = ()
-    exit_code: int | None = None  # the session command's own exit code, once it is known
-    # Seconds the noxfile's install step took (None: not measured, e.g. outside nox).
-    install_seconds: float | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def humming(self) -> str | None:
-        return self.packages.get(HUMMING_DIST)
-
-    def advance(self, stage: Stage, **changes: Any) -> InstallRecord:
-        return replace(self, stages=(*self.stages, stage), **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "session": self.session,
-            "cell": dict(self.cell),
-            "humming_kernels": self.humming,
-            "python": self.python,
-            "executable": self.executable,
-            "created": self.created,
-            "stages": [s.value for s in self.stages],
-            "outcome": self.outcome.value,
-            "message": self.message,
-            "preflight": self.preflight,
-            "single_variable": list(self.single_variable),
-            "exit_code": self.exit_code,
-            "install_seconds": self.install_seconds,
-            "humming_requirements": list(self.humming_requirements),
-            "packages": dict(self.packages),
-            **dict(self.extra),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: Path) -> InstallRecord:
-        try:
-            if data["schema_version"] != SCHEMA_VERSION:
-                raise RecordError(path, "schema_version", f"unsupported {data['schema_version']!r}")
-            return cls(
-                session=str(data["session"]),
-                cell=dict(data["cell"]),
-                python=str(data["python"]),
-                executable=str(data["executable"]),
-                packages={str(k): str(v) for k, v in data["packages"].items()},
-                humming_requirements=tuple(data["humming_requirements"]),
-                created=str(data["created"]),
-                stages=tuple(Stage(s) for s in data["stages"]),
-                outcome=Outcome(data["outcome"]),
-                message=str(data.get("message", "")),
-                preflight=data.get("preflight"),
-                single_variable=tuple(data.get("single_variable", ())),
-                exit_code=data.get("exit_code"),
-                install_seconds=data.get("install_seconds"),
-            )
-        except KeyError as exc:
-            raise RecordError(path, str(exc.args[0]), "missing from the install record") from None
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise RecordError(path, None, f"not an install record ({exc})") from None
 
 
 def humming_requirement_names(
@@ -256,15 +166,7 @@ def describe(checks: Iterable[Mapping[str, Any]]) -> list[str]:
 
 
 def read_record(path: Path) -> InstallRecord:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecordError(path, None, "no such install record") from None
-    except (OSError, ValueError) as exc:
-        raise RecordError(path, None, f"cannot read install record ({exc})") from None
-    if not isinstance(data, dict):
-        raise RecordError(path, None, "not an install record (expected a JSON object)")
-    return InstallRecord.from_dict(data, path)
+    return load_record(path, INSTALL_RECORD)
 
 
 def write_outcome(

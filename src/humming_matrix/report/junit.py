@@ -16,10 +16,10 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from humming_matrix.lmeval.record import CheckState
 from humming_matrix.report.build import Row, RowStatus, StoreReport
 from humming_matrix.report.kernels import KernelRow
 from humming_matrix.report.lm_eval import LmEvalRow
+from humming_matrix.store.lm_eval import CheckState
 
 FAILURES = (RowStatus.REGRESSION, RowStatus.BELOW_THRESHOLD)
 # A server that never became ready says something about the release only next to a neighbour

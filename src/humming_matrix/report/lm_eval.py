@@ -22,8 +22,8 @@ from humming_matrix.judge.compare_lm_eval import (
     compare_lm_eval_records,
     load_lm_eval_records,
 )
-from humming_matrix.lmeval.record import MetricCheck
 from humming_matrix.report.rows import RowStatus, choose_baseline, version_key
+from humming_matrix.store.lm_eval import MetricCheck
 
 _FROM_VERDICT = {
     Verdict.REGRESSION: RowStatus.REGRESSION,

@@ -1,4 +1,5 @@
-"""Result records: the schema, atomic never-overwriting writes, and lookup in a store.
+"""Result records: the GSM8K record's model, the secrets policy, record names, atomic
+never-overwriting writes, and the record files in a store (loaded through `store.records`).
 
 A store is a directory of JSON files, one per (config, run). It is the only interface between the
 sessions that produce results and the commands that judge them, so records from many machines must
@@ -22,6 +23,7 @@ from typing import IO, Any
 
 from humming_matrix.errors import RecordError
 from humming_matrix.store.atomic_files import create_file, replace_file
+from humming_matrix.store.records import RecordType, load_record
 
 SCHEMA_VERSION = 1
 SECRET_MARKERS = ("TOKEN", "KEY", "SECRET")
@@ -347,101 +349,12 @@ class Gsm8kRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], path: Path) -> Gsm8kRecord:
-        reader = _Reader(path)
-        if reader.get(data, "schema_version", int) != SCHEMA_VERSION:
-            raise RecordError(path, "schema_version", f"expected {SCHEMA_VERSION}")
-        kind = reader.get(data, "kind", str)
-        if kind != RecordKind.GSM8K.value:
-            raise RecordError(path, "kind", f"expected 'gsm8k', got {kind!r}")
-        config = reader.get(data, "config", dict)
-        metrics = reader.get(data, "metrics", dict)
-        questions = reader.get(data, "questions", list)
-        outcomes = []
-        for i, q in enumerate(questions):
-            where = f"questions[{i}]"
-            if not isinstance(q, dict):
-                raise RecordError(path, where, "expected an object")
-            outcomes.append(
-                QuestionOutcome(
-                    index=reader.get(q, "index", int, where),
-                    correct=reader.get(q, "correct", bool, where),
-                    prediction=reader.get(q, "prediction", (int, type(None)), where),
-                    label=reader.get(q, "label", int, where),
-                    error=reader.get(q, "error", (str, type(None)), where),
-                    output=reader.get(q, "output", str, where, default=""),
-                )
-            )
-        timings = reader.get(data, "timings", (dict, type(None)), default=None)
-        return cls(
-            run_id=reader.get(data, "run_id", str),
-            created=reader.get(data, "created", str),
-            complete=reader.get(data, "complete", bool),
-            resumed_from=reader.get(data, "resumed_from", (str, type(None)), default=None),
-            config=ConfigInfo(
-                name=reader.get(config, "name", str, "config"),
-                path=reader.get(config, "path", str, "config"),
-                sha256=reader.get(config, "sha256", str, "config"),
-                fields=reader.get(config, "fields", dict, "config"),
-            ),
-            environment=reader.get(data, "environment", dict),
-            server=reader.get(data, "server", dict, default={}),
-            startup=reader.get(data, "startup", (dict, type(None)), default=None),
-            timings=None
-            if timings is None
-            else Timings(
-                install=reader.get(timings, "install", (int, float, type(None)), "timings"),
-                startup=reader.get(timings, "startup", (int, float, type(None)), "timings"),
-                asking=reader.get(timings, "asking", (int, float), "timings"),
-            ),
-            metrics=Metrics(
-                accuracy=reader.get(metrics, "accuracy", (int, float), "metrics"),
-                invalid_rate=reader.get(metrics, "invalid_rate", (int, float), "metrics"),
-                error_count=reader.get(metrics, "error_count", int, "metrics"),
-                num_questions=reader.get(metrics, "num_questions", int, "metrics"),
-                threshold=reader.get(metrics, "threshold", (int, float), "metrics"),
-                tolerance=reader.get(metrics, "tolerance", (int, float), "metrics"),
-                passed=reader.get(metrics, "passed", bool, "metrics"),
-                duration=reader.get(metrics, "duration", (int, float), "metrics"),
-            ),
-            questions=tuple(outcomes),
-        )
+        return GSM8K_RECORD.parse(data, path)
 
 
-class _Reader:
-    """Typed field access whose errors name the file and the key path."""
-
-    _MISSING = object()
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def get(
-        self,
-        data: Mapping[str, Any],
-        key: str,
-        types: type | tuple[type, ...],
-        prefix: str = "",
-        default: Any = _MISSING,
-    ) -> Any:
-        where = f"{prefix}.{key}" if prefix else key
-        if key not in data:
-            if default is not self._MISSING:
-                return default
-            raise RecordError(self.path, where, "missing")
-        value = data[key]
-        wanted = types if isinstance(types, tuple) else (types,)
-        # bool is an int in Python; a record that says `"index": true` is still wrong.
-        if isinstance(value, bool) and bool not in wanted:
-            raise RecordError(self.path, where, f"expected {_names(wanted)}, got bool")
-        if not isinstance(value, wanted):
-            raise RecordError(
-                self.path, where, f"expected {_names(wanted)}, got {type(value).__name__}"
-            )
-        return value
-
-
-def _names(types: Sequence[type]) -> str:
-    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+GSM8K_RECORD = RecordType(
+    "gsm8k", Gsm8kRecord, RecordKind.GSM8K.value, SCHEMA_VERSION, "humming-matrix GSM8K record"
+)
 
 
 def record_filename(kind: RecordKind, name: str, version: str | None, run_id: str) -> str:
@@ -470,20 +383,8 @@ def write_record(store: Path, record: Gsm8kRecord) -> Path:
     return write_json_atomic(store / name, record.to_json())
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecordError(path, None, "no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordError(path, None, f"not a JSON record ({exc})") from None
-    if not isinstance(data, dict):
-        raise RecordError(path, None, "not a JSON object")
-    return data
-
-
 def load_gsm8k_record(path: Path) -> Gsm8kRecord:
-    return Gsm8kRecord.from_json(read_json(path), path)
+    return load_record(path, GSM8K_RECORD)
 
 
 def record_paths(location: Path, kind: RecordKind | None = None) -> list[Path]:

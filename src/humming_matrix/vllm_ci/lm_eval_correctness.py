@@ -11,10 +11,10 @@ import pytest
 
 from humming_matrix.errors import HummingMatrixError
 from humming_matrix.lmeval.config import LmEvalConfig
-from humming_matrix.lmeval.record import CheckState
 from humming_matrix.lmeval.suite import LmEvalSuite, SuiteSettings
 from humming_matrix.progress import Progress
 from humming_matrix.pytest_plugin import SuiteOptions, failure_message
+from humming_matrix.store.lm_eval import CheckState
 
 
 def test_lm_eval_correctness_param(
