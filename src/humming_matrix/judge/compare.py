@@ -429,6 +429,24 @@ class JudgedByTest:
     def settings(self) -> Settings:
         return self.test.settings
 
+    def paired_json(self) -> dict[str, Any]:
+        """The table, the difference and the test, as both kinds' JSON carries them."""
+        t = self.test.table
+        return {
+            "table": {
+                "both_right": t.both_right,
+                "right_to_wrong": t.right_to_wrong,
+                "wrong_to_right": t.wrong_to_right,
+                "both_wrong": t.both_wrong,
+            },
+            "b": t.right_to_wrong,
+            "c": t.wrong_to_right,
+            "difference": self.difference,
+            "difference_interval": [self.difference_interval.low, self.difference_interval.high],
+            "difference_method": "Newcombe (1998) hybrid score, paired (method 10)",
+            **self.test.to_json(),
+        }
+
 
 @dataclass(frozen=True)
 class ConfigComparison(JudgedByTest):
@@ -469,18 +487,7 @@ class ConfigComparison(JudgedByTest):
             "candidate": _side_json(self.candidate),
             "paired_questions": t.n,
             "excluded_for_request_errors": self.excluded_errors,
-            "table": {
-                "both_right": t.both_right,
-                "right_to_wrong": t.right_to_wrong,
-                "wrong_to_right": t.wrong_to_right,
-                "both_wrong": t.both_wrong,
-            },
-            "b": t.right_to_wrong,
-            "c": t.wrong_to_right,
-            "difference": self.difference,
-            "difference_interval": [self.difference_interval.low, self.difference_interval.high],
-            "difference_method": "Newcombe (1998) hybrid score, paired (method 10)",
-            **self.test.to_json(),
+            **self.paired_json(),
             "flips": [
                 {
                     "index": f.index,

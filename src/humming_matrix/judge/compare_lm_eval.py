@@ -183,18 +183,7 @@ class MetricComparison(JudgedByTest):
             "baseline": self.baseline.to_json(),
             "candidate": self.candidate.to_json(),
             "paired_documents": t.n,
-            "table": {
-                "both_right": t.both_right,
-                "right_to_wrong": t.right_to_wrong,
-                "wrong_to_right": t.wrong_to_right,
-                "both_wrong": t.both_wrong,
-            },
-            "b": t.right_to_wrong,
-            "c": t.wrong_to_right,
-            "difference": self.difference,
-            "difference_interval": [self.difference_interval.low, self.difference_interval.high],
-            "difference_method": "Newcombe (1998) hybrid score, paired (method 10)",
-            **self.test.to_json(),
+            **self.paired_json(),
             "flips": [
                 {
                     "doc_id": f.doc_id,
