@@ -175,7 +175,11 @@ def test_a_second_server_of_the_same_model_is_at_the_floor(
     assert done.stdout.splitlines()[0] == "tiny-llama-cpu: SAME"
     [config] = json.loads((tmp_path / "same.json").read_text())["configs"]
     assert config["questions"] == QUESTIONS
-    assert all(t["adjusted_p"] > float(ALPHA) for t in config["tests"])
+    # Passes of one model land at most about 1 float32 ulp apart (docs/divergence.md), in
+    # whichever passes a run happens to: snapped, every question ties on every metric.
+    assert [(t["above"], t["below"], t["ties"], t["adjusted_p"]) for t in config["tests"]] == [
+        (0, 0, QUESTIONS, 1.0)
+    ] * 3
 
 
 def test_the_perturbed_model_is_flagged_diverged(stores: dict[str, Path], tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 from array import array
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from scipy.stats import binomtest
 
 from humming_matrix.cli import main
+from humming_matrix.divergence import metrics as divergence_metrics
 from humming_matrix.divergence.judge import Metric, Verdict, compare_divergence, sign_test
 from humming_matrix.divergence.record import (
     AnswerLogprobs,
@@ -23,6 +26,7 @@ from humming_matrix.divergence.store_report import build_divergence_report
 from humming_matrix.errors import RecordError, UsageError
 from humming_matrix.store.results import ConfigInfo
 
+REPO = Path(__file__).resolve().parents[2]
 VOCAB, K, TOKENS = 16, 4, 5
 
 
@@ -224,6 +228,118 @@ def test_a_small_shift_is_found_with_power(tmp_path: Path) -> None:
     assert hits >= 95
 
 
+def _bit_identical_floor(base: Path, rng: random.Random) -> None:
+    for run, minute in (("r1", 0), ("r2", 1)):
+        write(
+            base,
+            make_record(run, "0.1.6", rng, jitter=0.0, created=f"2026-12-03T10:0{minute}:00+00:00"),
+        )
+
+
+def test_rounding_common_to_a_whole_pass_ties_with_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CI failure: the baseline's replicate bit-identical, an A/A candidate off by float32
+    rounding in every question (a pass-wide effect, not independent per question). Without the
+    snapping the sign test calls it diverged; with it every question ties at exactly 0."""
+    rng = random.Random(5)
+    base = tmp_path / "base"
+    _bit_identical_floor(base, rng)
+    cand = write(tmp_path / "cand", make_record("c", "0.1.6", rng, jitter=3e-7))
+    same = compare_divergence(base, cand)
+    [config] = same.configs
+    assert config.verdict is Verdict.SAME
+    assert [
+        (t.candidate_mean, t.floor_mean, t.above, t.below, t.ties, t.p_value) for t in config.tests
+    ] == [(0.0, 0.0, 0, 0, 30, 1.0)] * 3
+    assert same.to_json()["rounding_ulps"] == 8
+
+    monkeypatch.setattr(divergence_metrics, "ROUNDING_ULPS", 0)
+    [unsnapped] = compare_divergence(base, cand).configs
+    assert unsnapped.verdict is Verdict.DIVERGED
+    # KL and NLL: every question moved (in 2 the forced tokens' float32 logprobs came out the
+    # same), none below the floor.
+    assert [(t.above, t.below) for t in unsnapped.tests[::2]] == [(30, 0), (28, 0)]
+
+
+def test_a_change_beyond_rounding_is_still_found(tmp_path: Path) -> None:
+    """Jitter of 1e-4 in the logits, a few hundred ulps of the logprobs: every question is
+    above a bit-identical floor on KL and on NLL."""
+    rng = random.Random(6)
+    base = tmp_path / "base"
+    _bit_identical_floor(base, rng)
+    cand = write(tmp_path / "cand", make_record("c", "0.1.7", rng, jitter=1e-4))
+    [config] = compare_divergence(base, cand).configs
+    assert config.verdict is Verdict.DIVERGED
+    kl, nll = config.test(Metric.KL), config.test(Metric.NLL)
+    assert [(t.above, t.below, t.ties) for t in (kl, nll)] == [(30, 0, 0), (30, 0, 0)]
+
+
+def test_within_rounding_counts_ulps_at_the_spacing_of_one_or_the_value() -> None:
+    """8 float32 ulps apart is the same value, 9 is not; near 0 the spacing is that of 1.0."""
+    one = 2.0**-23
+    for base in (-1e-4, -0.5, -1.0):
+        assert divergence_metrics.within_rounding(base, base - 8 * one)
+        assert not divergence_metrics.within_rounding(base, base - 9 * one)
+    for base in (-3.0, -17.25):
+        spacing = one * abs(base)
+        assert divergence_metrics.within_rounding(base, base + 8 * spacing)
+        assert not divergence_metrics.within_rounding(base, base + 9 * spacing)
+
+
+def test_snapping_keeps_a_top_k_token_the_baseline_did_not_list() -> None:
+    """Only a token the baseline listed at that position can be snapped; a new one keeps its
+    own logprob, and the forced token is snapped through either list."""
+    base = AnswerLogprobs(
+        0,
+        None,
+        3,
+        array("i", [7]),
+        array("f", [-2.0]),
+        array("i", [1, 7]),
+        array("f", [-0.2, -2.0]),
+    )
+    cand = AnswerLogprobs(
+        0,
+        None,
+        3,
+        array("i", [7]),
+        array("f", [-2.0000002]),
+        array("i", [1, 9]),
+        array("f", [-0.2000001, -1.9999998]),
+    )
+    got = divergence_metrics.snapped(base, cand, 2, 2)
+    assert list(got.logprobs) == list(array("f", [-2.0]))
+    assert list(got.top_ids) == [1, 9]
+    assert list(got.top_logprobs) == list(array("f", [-0.2, -1.9999998]))
+
+
+def test_two_tokens_swapping_within_rounding_are_no_top1_disagreement() -> None:
+    """Two near-tied tokens: swapped 1 ulp apart, the same top-1; swapped 100 ulps apart, a
+    disagreement at the one position."""
+
+    def answer(first: int, values: tuple[float, float]) -> AnswerLogprobs:
+        # The forced token is 2 in every pass; the top-2 lists `first` first.
+        second = 3 if first == 2 else 2
+        forced = values[0] if first == 2 else values[1]
+        return AnswerLogprobs(
+            0,
+            None,
+            0,
+            array("i", [2]),
+            array("f", [forced]),
+            array("i", [first, second]),
+            array("f", values),
+        )
+
+    base = answer(2, (-0.75, -0.75))
+    ulp = 2.0**-23
+    within = answer(3, (-0.75 + ulp, -0.75))
+    beyond = answer(3, (-0.75 + 100 * ulp, -0.75))
+    assert divergence_metrics.question_divergence(base, within, 2, 2).top1_disagreement == 0.0
+    assert divergence_metrics.question_divergence(base, beyond, 2, 2).top1_disagreement == 1.0
+
+
 def test_refusals_name_the_file_and_the_key(tmp_path: Path) -> None:
     rng = random.Random(3)
     base = tmp_path / "base"
@@ -299,3 +415,43 @@ def test_report_tier_divergence_writes_the_store_report(
     assert 'tests="1" failures="1"' in junit.read_text(encoding="utf-8")
     assert main(["report", "--tier", "divergence", str(store)]) == 0
     assert "| ❌ diverged | toy | 30 |" in capsys.readouterr().out
+
+
+def test_the_ulps_tool_reports_each_pair_of_passes(tmp_path: Path) -> None:
+    """tools/divergence_ulps.py over three passes: a bit-identical replicate, and a candidate
+    with one logprob 1 ulp off and one 20 ulps off (at the spacing of max(1, |logprob|))."""
+    rng = random.Random(9)
+    base = make_record("b", "0.1.6", rng, jitter=0.0, questions=2)
+    same = make_record("r", "0.1.6", rng, jitter=0.0, questions=2)
+    moved = make_record("c", "0.1.6", rng, jitter=0.0, questions=2)
+    first, second = moved.questions[0], moved.questions[1]
+    first.logprobs[0] -= 2.0**-23 * max(1.0, abs(first.logprobs[0]))
+    second.top_logprobs[0] -= 20 * 2.0**-23 * max(1.0, abs(second.top_logprobs[0]))
+    for record in (base, same, moved):
+        write(tmp_path, record)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "divergence_ulps.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    # Each position's top-K, and the forced token where it is not among them.
+    shared = sum(
+        len({*q.top_ids[t * K : t * K + K], q.tokens[t]})
+        for q in base.questions
+        for t in range(TOKENS)
+    )
+    assert shared == 43
+    lines = done.stdout.splitlines()
+    assert lines[0] == "snapped as the same value: at most 8 ulps"
+    assert sorted(lines[1:]) == sorted(
+        [
+            f"b vs c: {shared} logprobs, 2 moved, 1 beyond 8 ulps; questions moved 2/2; ulps "
+            "median 0.00, p99 20.00, max 20.00",
+            f"b vs r: {shared} logprobs, 0 moved, 0 beyond 8 ulps; questions moved 0/2; ulps "
+            "median 0.00, p99 0.00, max 0.00",
+            f"c vs r: {shared} logprobs, 2 moved, 1 beyond 8 ulps; questions moved 2/2; ulps "
+            "median 0.00, p99 20.00, max 20.00",
+        ]
+    )

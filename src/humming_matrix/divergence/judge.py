@@ -8,7 +8,9 @@ one-sided sign test (exact binomial, ties dropped) of "C diverges from B more th
 size alpha without any assumption about how the metric is distributed. The metrics are the mean
 token KL, the top-1 disagreement and the absolute change of answer NLL (`metrics`); every
 (config, metric) test of a comparison is one family, held at alpha by Holm's step-down
-(`family.holm_adjust`). A config is `diverged` when any of its tests is rejected.
+(`family.holm_adjust`). A config is `diverged` when any of its tests is rejected. The sign test
+takes questions as independent, which float32 rounding common to a whole pass is not; the metrics
+count such rounding as no divergence at all (`metrics.snapped`).
 
 The effect sizes reported: each metric's mean over the questions for C and for the floor, their
 difference, and the share of untied questions where C diverges more than the floor does.
@@ -24,6 +26,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from humming_matrix.divergence import metrics
 from humming_matrix.divergence.metrics import QuestionDivergence, question_divergence, same_tokens
 from humming_matrix.divergence.record import DivergenceRecord, load_divergence_records
 from humming_matrix.errors import RecordError, UsageError
@@ -163,10 +166,16 @@ class DivergenceComparison:
     def diverged(self) -> bool:
         return any(c.verdict is Verdict.DIVERGED for c in self.configs)
 
+    @property
+    def rounding_ulps(self) -> int:
+        """Logprobs closer than this to the baseline's count as the baseline's (`metrics`)."""
+        return metrics.ROUNDING_ULPS
+
     def to_json(self) -> dict[str, Any]:
         return {
             "tier": "divergence",
             "alpha": self.alpha,
+            "rounding_ulps": self.rounding_ulps,
             "diverged": self.diverged,
             "configs": [c.to_json() for c in self.configs],
         }

@@ -46,7 +46,8 @@ def comparison_markdown(comparison: DivergenceComparison) -> str:
         "## Divergence (teacher-forced logprobs against the A/A floor)",
         "",
         f"Family-wise alpha {comparison.alpha:g} (Holm over every config and metric); "
-        "one-sided exact sign test per question against the baseline's replicate.",
+        "one-sided exact sign test per question against the baseline's replicate; logprobs "
+        f"within {comparison.rounding_ulps} float32 ulps of the baseline's count as equal.",
         "",
         "| verdict | config | questions | mean KL (floor) | top-1 disagreement (floor) | "
         "abs NLL change (floor) | Holm p (KL, top-1, NLL) |",
