@@ -19,9 +19,8 @@ difference, and the share of untied questions where C diverges more than the flo
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,12 @@ from humming_matrix.divergence import metrics
 from humming_matrix.divergence.metrics import QuestionDivergence, question_divergence, same_tokens
 from humming_matrix.divergence.record import DivergenceRecord, load_divergence_records
 from humming_matrix.errors import RecordError, UsageError
-from humming_matrix.judge.compare import RunEnvironment
+from humming_matrix.judge.compare import Loaded as LoadedRecord
+from humming_matrix.judge.compare import check_same_configs, select
 from humming_matrix.judge.family import holm_adjust
 from humming_matrix.judge.stats import binomial_upper_tail
+
+Loaded = LoadedRecord[DivergenceRecord]
 
 # The config keys that shape the forced texts.
 PROMPT_KEYS = ("num_fewshot", "gen_prefix")
@@ -62,20 +64,6 @@ class Metric(str, Enum):
         if self is Metric.TOP1:
             return q.top1_disagreement
         return q.abs_nll_change
-
-
-@dataclass(frozen=True)
-class Loaded:
-    path: Path
-    record: DivergenceRecord
-
-    @property
-    def cell(self) -> RunEnvironment:
-        return RunEnvironment.of(self.record)
-
-    @property
-    def order(self) -> tuple[str, str]:
-        return (self.record.created, self.record.run_id)
 
 
 @dataclass(frozen=True)
@@ -249,24 +237,8 @@ def divergences(baseline: Loaded, other: Loaded) -> dict[int, QuestionDivergence
     }
 
 
-def _newest(location: Path, group: Sequence[Loaded]) -> Loaded:
-    cells = sorted({g.cell.label for g in group})
-    if len(cells) > 1:
-        raise RecordError(
-            location,
-            f"config {group[0].record.config.name}",
-            f"divergence records from {len(cells)} environments "
-            f"({'; '.join(cells)}); pass one record file or a directory of one "
-            "environment",
-        )
-    return max(group, key=lambda g: g.order)
-
-
-def _by_config(location: Path) -> dict[str, list[Loaded]]:
-    grouped: dict[str, list[Loaded]] = defaultdict(list)
-    for path, record in load_divergence_records(location):
-        grouped[record.config.name].append(Loaded(path, record))
-    return grouped
+def _load(location: Path) -> list[Loaded]:
+    return [Loaded(path, record) for path, record in load_divergence_records(location)]
 
 
 def find_replicate(baseline: Loaded, pools: Sequence[Sequence[Loaded]]) -> Loaded | None:
@@ -328,37 +300,11 @@ def compare_config(
 
 
 def adjust_family(configs: Sequence[ConfigDivergence]) -> tuple[ConfigDivergence, ...]:
-    flat = [t.p_value for c in configs for t in c.tests]
-    adjusted = iter(holm_adjust(flat))
-    out = []
-    for c in configs:
-        tests = tuple(
-            MetricTest(
-                t.metric,
-                t.candidate_mean,
-                t.floor_mean,
-                t.above,
-                t.below,
-                t.ties,
-                t.p_value,
-                next(adjusted),
-            )
-            for t in c.tests
-        )
-        out.append(
-            ConfigDivergence(
-                c.config,
-                c.baseline,
-                c.replicate,
-                c.candidate,
-                c.questions,
-                tests,
-                c.candidate_kl,
-                c.floor_kl,
-                c.alpha,
-            )
-        )
-    return tuple(out)
+    adjusted = iter(holm_adjust([t.p_value for c in configs for t in c.tests]))
+    return tuple(
+        replace(c, tests=tuple(replace(t, adjusted_p=next(adjusted)) for t in c.tests))
+        for c in configs
+    )
 
 
 def compare_divergence(
@@ -366,34 +312,28 @@ def compare_divergence(
     candidate: Path,
     alpha: float = 0.05,
     floor: Sequence[Path] = (),
-    load: Callable[[Path], dict[str, list[Loaded]]] = _by_config,
+    load: Callable[[Path], list[Loaded]] = _load,
 ) -> DivergenceComparison:
     """`compare --tier divergence BASELINE CANDIDATE`: each config on both sides, judged against
     the floor found beside the baseline (or in `floor`)."""
     if not 0.0 < alpha < 0.5:
         raise UsageError(f"--alpha must be in (0, 0.5), got {alpha}")
-    base, cand = load(baseline), load(candidate)
-    extra = [loaded for location in floor for group in load(location).values() for loaded in group]
-    if not base:
+    base_all, cand_all = load(baseline), load(candidate)
+    extra = [loaded for location in floor for loaded in load(location)]
+    if not base_all:
         raise RecordError(baseline, None, "holds no divergence record")
-    if not cand:
+    if not cand_all:
         raise RecordError(candidate, None, "holds no divergence record")
-    missing = sorted(set(base) ^ set(cand))
-    if missing:
-        where, other = (candidate, baseline) if missing[0] in base else (baseline, candidate)
-        raise RecordError(
-            where,
-            f"config {missing[0]}",
-            f"no divergence record of this config, but {other} has one",
-        )
+    base, cand = select(baseline, base_all), select(candidate, cand_all)
+    check_same_configs(baseline, candidate, base, cand)
     results = []
-    for name in sorted(base):
-        b = _newest(baseline, base[name])
-        c = _newest(candidate, cand[name])
+    for name, b in base.items():
+        c = cand[name]
         if c.path.resolve() == b.path.resolve():
             raise UsageError(f"{c.path}: the candidate is the baseline record itself")
-        pools = [base[name], extra, [x for x in cand[name] if x.path.resolve() != c.path.resolve()]]
-        r = find_replicate(b, pools)
+        r = find_replicate(
+            b, [base_all, extra, [x for x in cand_all if x.path.resolve() != c.path.resolve()]]
+        )
         if r is None:
             raise UsageError(
                 f"config {name}: no A/A floor for baseline {b.path}: the baseline's environment "
