@@ -277,9 +277,9 @@ class Prober:
             )
         ]
 
-    def _failed_starts(self, cell: Cell, before: set[Path]) -> dict[str, Path]:
-        """Records this session wrote of servers that never became ready, per config."""
-        out: dict[str, Path] = {}
+    def _written(self, cell: Cell, before: set[Path]) -> Iterator[tuple[str, Path, Gsm8kRecord]]:
+        """(config, path, record) of each record this session wrote of a config of the suite,
+        for this version; unreadable files are left out."""
         configs = {c.name: c for c in self.suite.configs}
         for path in sorted(set(self._record_paths(cell)) - before):
             try:
@@ -289,32 +289,26 @@ class Prober:
             config = configs.get(record.config.name)
             if (
                 config is not None
-                and record.start_failed
                 and record.humming_version == str(cell.humming)
                 and record.config.sha256 == config.sha256
             ):
-                out.setdefault(config.name, path)
+                yield config.name, path, record
+
+    def _failed_starts(self, cell: Cell, before: set[Path]) -> dict[str, Path]:
+        """Records this session wrote of servers that never became ready, per config."""
+        out: dict[str, Path] = {}
+        for name, path, record in self._written(cell, before):
+            if record.start_failed:
+                out.setdefault(name, path)
         return out
 
     def _crashes(self, cell: Cell, before: set[Path]) -> dict[str, Path]:
         """Records this session wrote of servers that crashed with a CUDA error, per config."""
         out: dict[str, Path] = {}
-        configs = {c.name: c for c in self.suite.configs}
-        for path in sorted(set(self._record_paths(cell)) - before):
-            try:
-                record = load_gsm8k_record(path)
-            except RecordError:
-                continue
-            config = configs.get(record.config.name)
+        for name, path, record in self._written(cell, before):
             crash = record.server.get("crash")
-            if (
-                config is not None
-                and isinstance(crash, dict)
-                and crash.get("cuda_error")
-                and record.humming_version == str(cell.humming)
-                and record.config.sha256 == config.sha256
-            ):
-                out.setdefault(config.name, path)
+            if isinstance(crash, dict) and crash.get("cuda_error"):
+                out.setdefault(name, path)
         return out
 
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
