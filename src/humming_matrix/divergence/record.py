@@ -127,12 +127,7 @@ class DivergenceRecord:
             "run_id": self.run_id,
             "created": self.created,
             "complete": self.complete,
-            "config": {
-                "name": self.config.name,
-                "path": self.config.path,
-                "sha256": self.config.sha256,
-                "fields": dict(self.config.fields),
-            },
+            "config": self.config.to_json(),
             "environment": dict(self.environment),
             "server": dict(self.server),
             "startup": None if self.startup is None else dict(self.startup),

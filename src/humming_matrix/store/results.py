@@ -250,6 +250,14 @@ class ConfigInfo:
     sha256: str
     fields: Mapping[str, Any]
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "sha256": self.sha256,
+            "fields": dict(self.fields),
+        }
+
 
 @dataclass(frozen=True)
 class Gsm8kRecord:
@@ -314,12 +322,7 @@ class Gsm8kRecord:
             "created": self.created,
             "complete": self.complete,
             "resumed_from": self.resumed_from,
-            "config": {
-                "name": self.config.name,
-                "path": self.config.path,
-                "sha256": self.config.sha256,
-                "fields": dict(self.config.fields),
-            },
+            "config": self.config.to_json(),
             "environment": dict(self.environment),
             "server": dict(self.server),
             "startup": None if self.startup is None else dict(self.startup),
