@@ -95,6 +95,13 @@ def configured_api_key(args: Sequence[str]) -> str | None:
     return None
 
 
+def new_api_key() -> str:
+    """A launch's identity. Hex, never URL-safe base64: a key starting with '-' (1 launch in
+    64 with `token_urlsafe`) is read by `vllm serve`'s parser as an option, and the server exits
+    with "argument --api-key: expected at least one argument" before it is ready."""
+    return secrets.token_hex(24)
+
+
 def auth_headers(api_key: str | None) -> dict[str, str]:
     return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
 
@@ -322,7 +329,7 @@ def launch(
     if found is None:
         raise ServerError(f"no `{executable}` executable on PATH; is vLLM installed in this env?")
     port = port or free_port()
-    api_key = (configured_api_key(spec.args) or secrets.token_urlsafe(24)) if identity else None
+    api_key = (configured_api_key(spec.args) or new_api_key()) if identity else None
     command = serve_command(found, spec, port, api_key)
     hidden = Secrets.gather(
         spec.args, spec.env, spec.secret_names, extra_values=[api_key] if api_key else []
