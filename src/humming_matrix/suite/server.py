@@ -99,7 +99,7 @@ def new_api_key() -> str:
     """A launch's identity. Hex, never URL-safe base64: a key starting with '-' (1 launch in
     64 with `token_urlsafe`) is read by `vllm serve`'s parser as an option, and the server exits
     with "argument --api-key: expected at least one argument" before it is ready."""
-    return secrets.token_hex(24)
+    return secrets.token_hex(16)
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
