@@ -4,7 +4,8 @@
 The watchdog and the `kernels` command start it as their worker, so the real process group,
 event file, timeout, kill, restart and record code run against it. It touches no GPU and runs no
 kernel: for each case of the plan it writes the events the real worker writes, with numbers and
-behaviour that the test chooses.
+behaviour that the test chooses. It takes its cases from the run's queue as the real worker does
+(the product's `claims.CaseQueue`), so several of it can run one suite.
 
 Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optional:
   cases: {"<case name>": behaviour}   behaviour is one of
@@ -21,6 +22,9 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
   import_error: "message"             report that humming cannot be imported
   pids: path                          append "<pid> <child pid or 0>" at every start, one a line
   env: {...}                          extra fields of the env event
+  case_seconds: float                 sleep this long in every "ok" case (workers overlapping)
+  die_before_claiming: path           the first worker to find no file there creates it and
+                                      exits with status 9 before claiming a case
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 from typing import IO, Any
+
+from humming_matrix.kernels.claims import CaseQueue
 
 
 def main() -> int:
@@ -59,9 +65,14 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
         return 0
     if plan.get("ceilings"):
         emit("ceilings", bf16_tflops=800.0, copy_gbps=4300.0)
+    marker = policy.get("die_before_claiming")
+    if marker and not os.path.exists(marker):
+        Path(marker).touch()
+        os._exit(9)
     rel = float(policy.get("rel_err", 1e-3))
     ms = float(policy.get("time_ms", 1.0))
-    for index in range(int(plan.get("start", 0)), len(plan["cases"])):
+    queue = CaseQueue(Path(plan["queue"]), len(plan["cases"]))
+    while (index := queue.claim()) is not None:
         case = plan["cases"][index]
         behaviour = behaviours.get(case["name"], "ok")
         emit("start", index=index, case=case["name"])
@@ -69,6 +80,7 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
             time.sleep(3600)
         if behaviour == "crash":
             os._exit(7)
+        time.sleep(float(policy.get("case_seconds", 0.0)))
         result: dict[str, Any] = {"case": case, "batches": []}
         if behaviour == "unsupported":
             result.update(state="unsupported", reason="build: NotImplementedError: no such thing")

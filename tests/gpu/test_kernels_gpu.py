@@ -58,19 +58,34 @@ GPTQ_MOE_INT8 = replace(
 @pytest.mark.parametrize("case", [DENSE, MOE, GPTQ], ids=lambda c: c.name)
 def test_gpu_dequantisation_equals_the_numpy_reference(case: KernelCase) -> None:
     weights = make_weights(case, 0)
-    on_gpu = probe._dequantize_on_gpu(weights).cpu().numpy()
+    on_gpu = probe._Checkpoint(weights).dequantize().cpu().numpy()
     assert np.array_equal(on_gpu, dequantize(weights))
 
 
-def test_gpu_reference_equals_the_numpy_reference(torch: Any) -> None:
-    weights = make_weights(MOE, 0)
+@pytest.mark.parametrize("case", [DENSE, MOE], ids=lambda c: c.name)
+def test_gpu_references_equal_the_numpy_reference(torch: Any, case: KernelCase) -> None:
+    weights = make_weights(case, 0)
     w = dequantize(weights)
-    x = make_activations(16, MOE.shape_k, 0)
-    ids = make_routing(16, MOE.num_experts, MOE.top_k, 0).topk_ids
-    got = probe._reference_on_gpu(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda(), ids)
-    np.testing.assert_allclose(got.cpu().numpy(), reference_moe(x, w, ids), rtol=1e-4, atol=1e-4)
-    dense = probe._reference_on_gpu(torch.from_numpy(x).cuda(), torch.from_numpy(w[0]).cuda(), None)
-    np.testing.assert_allclose(dense.cpu().numpy(), reference_dense(x, w[0]), rtol=1e-4, atol=1e-4)
+    x = make_activations(16, case.shape_k, 0)
+    ids = make_routing(16, MOE.num_experts, MOE.top_k, 0).topk_ids if case is MOE else None
+
+    def numpy_reference(xs: Any, ws: Any) -> Any:
+        return reference_dense(xs, ws) if ids is None else reference_moe(xs, ws, ids)
+
+    checkpoint = probe._Checkpoint(weights)
+    xq = x * 0.5  # stands in for quantised activations: `plain` must use x, not these
+    xq_gpu, x_gpu = (torch.from_numpy(a).cuda() for a in (xq, x))
+    got = probe._references(checkpoint, xq_gpu, x_gpu, ids)
+    expected = [
+        numpy_reference(xq, w),
+        numpy_reference(np.abs(xq), np.abs(w)),
+        numpy_reference(xq * xq, w * w),
+        numpy_reference(x, w),
+    ]
+    for out, want in zip(got, expected, strict=True):
+        np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
+    norms = checkpoint.row_norms_sq()
+    np.testing.assert_allclose(norms, np.sum(w.astype(np.float64) ** 2, axis=-1), rtol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -113,5 +128,8 @@ def test_installed_humming_builds_and_matches_the_reference(case: KernelCase) ->
         assert batch["bound"] == BOUND
         assert max(batch["err_units"] + batch["worst_channel_units"]) <= 1.0
         assert len(batch["deterministic"]) == 2
+        assert {"inputs", "compile", "gpu_wait", "gpu_check", "host_check", "gpu_timing"} == set(
+            batch["seconds"]
+        )
         if case.kind is GemmKind.MOE:
             assert max(batch["worst_expert_units"]) <= 1.0

@@ -15,7 +15,7 @@ import pytest
 
 from humming_matrix.cli import build_parser
 from humming_matrix.cli.kernels import handle
-from humming_matrix.errors import ExitCode, InfrastructureError, UntestableError
+from humming_matrix.errors import ExitCode, InfrastructureError, UntestableError, UsageError
 from humming_matrix.store.results import RecordKind, record_paths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,6 +66,8 @@ def _args(tmp_path: Path, *extra: str) -> list[str]:
         "20",
         "--workdir",
         str(tmp_path / "work"),
+        "--jobs",
+        "1",
         *extra,
     ]
 
@@ -92,6 +94,7 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
         "draws": 2,
         "seed": 0,
         "timeout_s": 20.0,
+        "jobs": 1,
     }
     assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
@@ -137,6 +140,25 @@ def test_unimportable_humming_is_untestable_125_and_still_recorded(
         f"humming cannot be imported here (OSError: undefined symbol: _ZN3c10); see {path}"
     )
     assert json.loads(path.read_text())["import_error"] == "OSError: undefined symbol: _ZN3c10"
+
+
+def test_jobs_run_the_cases_on_several_workers_and_the_record_says_how_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code = _run(tmp_path, monkeypatch, {"cases": {QWEN: "fail"}}, "--jobs", "3")
+    assert code == ExitCode.FAILED
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    record = json.loads(path.read_text())
+    assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
+    assert [c["state"] for c in record["cases"]] == ["ok", "ok", "fail", "ok"]
+    assert record["settings"]["jobs"] == 3
+    assert record["worker_launches"] == 3
+
+
+def test_jobs_below_one_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UsageError) as info:
+        _run(tmp_path, monkeypatch, {}, "--jobs", "0")
+    assert str(info.value) == "--repeats, --draws and --jobs must be >= 1 and --timeout > 0"
 
 
 def test_bad_usage_is_exit_2(tmp_path: Path) -> None:

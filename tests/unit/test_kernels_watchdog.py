@@ -85,7 +85,9 @@ def test_a_hung_case_is_a_result_and_the_next_case_runs_in_a_fresh_process(
     # Ceilings are measured by the first worker only.
     plans = sorted((tmp_path / "w").glob("plan-*.json"))
     assert [json.loads(p.read_text())["ceilings"] for p in plans] == [True, False]
-    assert [json.loads(p.read_text())["start"] for p in plans] == [0, 2]
+    # Both workers claimed from one queue: the second began at the case after the hung one.
+    assert {json.loads(p.read_text())["queue"] for p in plans} == {str(tmp_path / "w" / "queue")}
+    assert (tmp_path / "w" / "queue").read_text() == "4"
 
 
 def test_a_crash_mid_case_is_recorded_with_status_and_log(
@@ -121,3 +123,63 @@ def test_an_unimportable_humming_makes_every_case_unsupported_with_the_loader_me
     assert {r["state"] for r in run.results} == {"unsupported"}
     assert run.results[0]["reason"] == f"import humming: {message}"
     assert run.launches == 1
+
+
+def _spans(workdir: Path) -> dict[int, tuple[float, float, str]]:
+    """Case index -> (start time, end time, events file) from the workers' event files."""
+    began: dict[int, tuple[float, str]] = {}
+    spans: dict[int, tuple[float, float, str]] = {}
+    for path in sorted(workdir.glob("events-*.jsonl")):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event["event"] == "start":
+                began[event["index"]] = (event["time"], path.name)
+            elif event["event"] == "case":
+                start, name = began[event["index"]]
+                spans[event["index"]] = (start, event["time"], name)
+    return spans
+
+
+def test_with_jobs_the_workers_share_the_queue_run_at_once_and_take_turns_on_one_gpu_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch, case_seconds=2.0)
+    work = tmp_path / "w"
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=3).run(_plan(), work)
+    assert [r["case"]["name"] for r in run.results] == NAMES
+    assert [r["batches"][0]["rel_err"] for r in run.results] == [[1e-3, 1e-3]] * 4
+    assert run.launches == 3
+    spans = _spans(work)
+    assert sorted(spans) == [0, 1, 2, 3]  # every case ran exactly once
+    assert len({name for _, _, name in spans.values()}) == 3  # on three workers
+    # Three cases ran at the same time: each began before the others ended.
+    first_three = sorted(spans.values())[:3]
+    assert max(start for start, _, _ in first_three) < min(end for _, end, _ in first_three)
+    plans = [json.loads(p.read_text()) for p in sorted(work.glob("plan-*.json"))]
+    # No lock of the caller's: the watchdog gives them one, and only the first measures ceilings.
+    assert {p["gpu_lock"] for p in plans} == {str(work / "gpu.lock")}
+    assert sorted(p["ceilings"] for p in plans) == [False, False, True]
+
+
+def test_with_jobs_a_hang_in_one_worker_leaves_the_others_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch, cases={NAMES[0]: "hang", NAMES[2]: "crash"})
+    run = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2).run(_plan(), tmp_path)
+    assert [r.get("state") for r in run.results] == ["hang", None, "crash", None]
+    assert run.results[2]["reason"] == "worker exited with status 7 during the case"
+    # Two first workers; a fresh one after the crash (the hung worker's lane finds nothing left
+    # or takes the last case, depending on which ends first).
+    assert run.launches in (3, 4)
+
+
+def test_a_worker_that_dies_before_claiming_is_charged_to_the_next_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "died-once"
+    _policy(monkeypatch, die_before_claiming=str(marker))
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=1).run(_plan(), tmp_path / "w")
+    assert run.results[0]["state"] == "crash"
+    assert run.results[0]["reason"] == "worker exited with status 9 before the case began"
+    assert [r.get("state") for r in run.results[1:]] == [None, None, None]
+    assert run.launches == 2

@@ -6,8 +6,9 @@
 # WHEELHOUSE holds humming_kernels-*.whl and the pure-Python wheels they need that the machine
 # lacks (pyelftools for <= 0.1.11). Each version is installed with pip --no-index --no-deps
 # --target into its own folder and run against the preinstalled torch, PARALLEL versions at a
-# time (each with its own HUMMING_CACHE_DIR; kernel launches, references and timing loops take
-# turns through one GPU lock, compiles and numpy work overlap). Records and logs
+# time (each release with its own HUMMING_CACHE_DIR; timing loops take the GPU alone through one
+# lock, compiles, checks and numpy work overlap; pass `--jobs N` for N workers per release).
+# Records and logs
 # go to $OUT (or ./sweep-out) as one tarball; a version still running at DEADLINE_S is stopped.
 set -u
 wheelhouse=$1; deadline=$2; parallel=$3; versions=$4; shift 4
@@ -27,7 +28,8 @@ run_one() {
     left=$(( deadline - ($(date +%s) - start) ))
     if [ "$left" -lt 20 ]; then echo "$tag: skipped, deadline"; return; fi
     t=${tag//#/-}
-    HUMMING_CACHE_DIR="$work/jit-$t" PYTHONPATH="$site:$work/deps:$PWD/src" \
+    # One JIT cache per release: its A/A runs compile each kernel once (humming locks the cache).
+    HUMMING_CACHE_DIR="$work/jit-$v" PYTHONPATH="$site:$work/deps:$PWD/src" \
         timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
         --input-cache "$work/inputs" --gpu-lock "$work/gpu.lock" --workdir "$work/work-$t" "$@" \
         >"$work/cli-$t.log" 2>&1
@@ -54,6 +56,13 @@ case = next(c for c in SUITE if c.weight_key() == sys.argv[1])
 load_weights(case, 0, Path(sys.argv[2]))
 ' {} "$work/inputs"
 echo "inputs ready after $(( $(date +%s) - start )) s"
+# Every 5 s: seconds since start, GPU memory used (MiB), the 1-minute load average.
+( while sleep 5; do
+    echo "$(( $(date +%s) - start )) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null) $(cut -d' ' -f1 /proc/loadavg)"
+  done ) >"$work/load.txt" &
+sampler=$!
 printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
-tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records $(cd "$work" && ls cli-*.log 2>/dev/null)
+kill "$sampler" 2>/dev/null
+tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records load.txt \
+    $(cd "$work" && ls cli-*.log 2>/dev/null)
 ls -la "$out"

@@ -10,6 +10,7 @@ such a version). The record is written in every case but the no-GPU one.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -53,6 +54,10 @@ _GPU_CHECK = (
     "if not torch.cuda.is_available():\n"
     "    sys.exit(f'torch {torch.__version__} sees no CUDA GPU')\n"
 )
+
+
+MAX_DEFAULT_JOBS = 8
+DEFAULT_JOBS = min(MAX_DEFAULT_JOBS, os.cpu_count() or 1)
 
 
 class _Terminated(Exception):
@@ -136,6 +141,15 @@ def register(sub: Any) -> None:
         metavar="S",
         help="seconds without progress before a case counts as hung (default: 600)",
     )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help="cases run by N workers at once (humming's JIT compiles are single-threaded CPU "
+        "work); their GPU launches, references and timing loops take turns "
+        f"(default: min({MAX_DEFAULT_JOBS}, CPU cores) = {DEFAULT_JOBS})",
+    )
     p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
     p.add_argument(
         "--input-cache",
@@ -174,12 +188,12 @@ def handle(
         return int(ExitCode.OK)
     default = FULL_BATCH_SIZES if args.full else DEFAULT_BATCH_SIZES
     sizes = parse_batch_sizes(args.batch_sizes or [",".join(map(str, default))])
-    if args.repeats < 1 or args.draws < 1 or args.timeout <= 0:
-        raise UsageError("--repeats and --draws must be >= 1 and --timeout > 0")
+    if args.repeats < 1 or args.draws < 1 or args.jobs < 1 or args.timeout <= 0:
+        raise UsageError("--repeats, --draws and --jobs must be >= 1 and --timeout > 0")
     problem = gpu_check()
     if problem is not None:
         raise NoGPUError(f"kernels needs a CUDA GPU: {problem}")
-    settings = Settings(sizes, args.repeats, args.draws, args.seed, args.timeout)
+    settings = Settings(sizes, args.repeats, args.draws, args.seed, args.timeout, args.jobs)
     plan = {
         "cases": [c.to_json() for c in cases],
         "batch_sizes": list(sizes),
@@ -190,7 +204,7 @@ def handle(
         "ceilings": True,
         "gpu_lock": str(args.gpu_lock) if args.gpu_lock else None,
     }
-    watchdog = Watchdog(timeout_s=args.timeout, worker=worker)
+    watchdog = Watchdog(timeout_s=args.timeout, worker=worker, jobs=args.jobs)
     complete = True
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -3,7 +3,9 @@
     python -m humming_matrix.kernels.runner PLAN.json EVENTS.jsonl
 
 It imports torch and humming, so a hung kernel or a crashed CUDA context takes only this process
-down; the watchdog (`humming_matrix.kernels.watchdog`) starts a fresh one on the next case. Events:
+down; the watchdog (`humming_matrix.kernels.watchdog`) starts a fresh one on the next case. It
+takes its cases one at a time from the run's queue (the plan's "queue": `claims.CaseQueue`),
+which other workers of the same run share. Events:
 
     {"event": "env", ...}                       versions, GPU (first thing, before any case)
     {"event": "import_error", "message": ...}   humming cannot be imported here: every case is moot
@@ -31,6 +33,7 @@ import numpy as np
 
 from humming_matrix.kernels.assess import BOUND, channel_bound
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
     E8M0_BIAS,
@@ -111,18 +114,28 @@ class Events:
 
 
 @contextmanager
-def gpu_turn(lock_path: str | None) -> Iterator[None]:
-    """Exclusive use of the GPU among workers sharing `lock_path`.
+def gpu_turn(lock_path: str | None, exclusive: bool = True) -> Iterator[None]:
+    """The GPU among the workers sharing `lock_path`: alone (`exclusive`) or beside others.
 
-    Several humming versions can run at once on one GPU (their JIT compiles and numpy work are
-    CPU-bound); every launch whose time or memory traffic matters (the kernel, the reference,
-    the timing loop, the ceilings) takes this lock, so no other worker's kernels overlap it.
+    Several workers run at once on one GPU (`--jobs`, several releases; their JIT compiles and
+    numpy work are CPU-bound). A timing loop must run alone, so it takes the lock exclusively;
+    builds and numerics checks (whose results do not depend on what else runs) take it shared,
+    so they overlap one another but never a timing loop. A turnstile (`LOCK.gate`) gives a
+    waiting timing loop priority: while it waits, no new shared turn begins, so the stream of
+    checks from many workers cannot starve it.
     """
     if not lock_path:
         yield
         return
-    with open(lock_path, "a", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with (
+        open(f"{lock_path}.gate", "a", encoding="utf-8") as gate,
+        open(lock_path, "a", encoding="utf-8") as fh,
+    ):
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
@@ -160,34 +173,100 @@ def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights
     return weights
 
 
-def _dequantize_on_gpu(weights: Weights) -> Any:
-    """reference.dequantize, on the GPU (the MoE weights are 0.4-0.5 G values)."""
+class _Stopwatch:
+    """Seconds per stage of one batch (`batch["seconds"]`): where a release's run goes, and how
+    long a worker waited for the GPU behind the other workers of the run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, stage: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - since
+        return now
+
+    @contextmanager
+    def turn(self, lock_path: str | None, stage: str, exclusive: bool) -> Iterator[None]:
+        """`gpu_turn`, the wait counted as "gpu_wait" and the turn itself as `stage`."""
+        began = time.perf_counter()
+        with gpu_turn(lock_path, exclusive):
+            began = self.add("gpu_wait", began)
+            try:
+                yield
+            finally:
+                self.add(stage, began)
+
+
+class _Checkpoint:
+    """The case's checkpoint tensors on the GPU, as compact as on disk (uint8 codes), for the
+    whole case. Float32 weights are made one expert at a time when needed and dropped at once, so
+    a check needs memory for its outputs, not for the whole dequantised tensor (2 GiB for
+    gpt-oss's gate/up), and many workers can check at once."""
+
+    def __init__(self, weights: Weights) -> None:
+        import torch
+
+        self.mxfp4 = isinstance(weights, Mxfp4Weights)
+        self.codes = torch.from_numpy(weights.codes).cuda()
+        self.scales = torch.from_numpy(weights.scales).cuda()
+        self.experts = self.codes.shape[0] if self.codes.dim() == 3 else None
+
+    def dequantize(self, expert: int | None = None) -> Any:
+        """reference.dequantize on the GPU: the whole tensor, or one expert's (N, K)."""
+        import torch
+
+        codes = self.codes if expert is None else self.codes[expert]
+        scales = self.scales if expert is None else self.scales[expert]
+        group = codes.shape[-1] // scales.shape[-1]
+        if self.mxfp4:
+            lut = torch.from_numpy(E2M1_VALUES).to(codes.device)
+            return lut[codes.int()] * torch.exp2(scales.float() - E8M0_BIAS).repeat_interleave(
+                group, dim=-1
+            )
+        return (codes.float() - GPTQ_ZERO) * scales.repeat_interleave(group, dim=-1)
+
+    def row_norms_sq(self) -> np.ndarray[Any, Any]:
+        """||w_n||^2 per output row: (N,), or (E, N) for MoE."""
+        import torch
+
+        def norms(w: Any) -> Any:
+            return torch.linalg.vector_norm(w, dim=-1).double() ** 2
+
+        if self.experts is None:
+            return np.asarray(norms(self.dequantize()).cpu().numpy())
+        rows = [norms(self.dequantize(e)) for e in range(self.experts)]
+        return np.asarray(torch.stack(rows).cpu().numpy())
+
+
+def _references(
+    checkpoint: _Checkpoint, x: Any, x_plain: Any | None, topk_ids: np.ndarray[Any, Any] | None
+) -> list[Any]:
+    """In float32 on the GPU, TF32 off: [x @ w^T (the reference), |x| @ |w|^T, x^2 @ (w^2)^T
+    (the bound's terms)] and, where `x_plain` (the unquantised activations) is given,
+    x_plain @ w^T. For MoE, row t * top_k + j is token t through its j-th expert
+    (reference.reference_moe's layout), one expert's weights dequantised at a time."""
     import torch
 
-    codes = torch.from_numpy(weights.codes).cuda().long()
-    if isinstance(weights, Mxfp4Weights):
-        lut = torch.from_numpy(E2M1_VALUES).cuda()
-        scale = torch.exp2(torch.from_numpy(weights.scales).cuda().float() - E8M0_BIAS)
-        group = codes.shape[-1] // scale.shape[-1]
-        return lut[codes] * scale.repeat_interleave(group, dim=-1)
-    scale = torch.from_numpy(weights.scales).cuda()
-    group = codes.shape[-1] // scale.shape[-1]
-    return (codes.float() - GPTQ_ZERO) * scale.repeat_interleave(group, dim=-1)
-
-
-def _reference_on_gpu(x: Any, w: Any, topk_ids: np.ndarray[Any, Any] | None) -> Any:
-    """reference.reference_dense / reference_moe in float32 on the GPU, TF32 off."""
-    import torch
+    def products(xs: Any, plain: Any | None, w: Any) -> list[Any]:
+        outs = [xs @ w.T, xs.abs() @ w.abs().T, (xs * xs) @ (w * w).T]
+        return outs if plain is None else [*outs, plain @ w.T]
 
     if topk_ids is None:
-        return x @ w.T
+        return products(x, x_plain, checkpoint.dequantize())
     m, top_k = topk_ids.shape
-    out = torch.zeros((m * top_k, w.shape[1]), dtype=torch.float32, device=x.device)
+    n = checkpoint.codes.shape[1]
+    count = 3 if x_plain is None else 4
+    outs = [torch.zeros((m * top_k, n), dtype=torch.float32, device=x.device) for _ in range(count)]
     ids = torch.from_numpy(topk_ids).to(x.device).long()
     for expert in torch.unique(ids).tolist():
         tokens, slots = torch.nonzero(ids == expert, as_tuple=True)
-        out[tokens * top_k + slots] = x[tokens] @ w[expert].T
-    return out
+        rows = tokens * top_k + slots
+        got = products(
+            x[tokens], None if x_plain is None else x_plain[tokens], checkpoint.dequantize(expert)
+        )
+        for out, part in zip(outs, got, strict=True):
+            out[rows] = part
+    return outs
 
 
 def _weight_bytes_per_expert(case: KernelCase) -> int:
@@ -233,7 +312,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     lock = plan.get("gpu_lock")
     try:
         # transform() repacks the weights on the GPU: not while another worker is timing.
-        with gpu_turn(lock):
+        with gpu_turn(lock, exclusive=False):
             layer = adapter.build(case, weights, device)
     except Exception as exc:
         result["state"] = "unsupported" if adapter.is_api_gap(exc) else "error"
@@ -243,14 +322,14 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     torch.cuda.synchronize()
     result["build_seconds"] = time.perf_counter() - began
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
-    with gpu_turn(lock):
-        w_ref = _dequantize_on_gpu(weights)
-        w_sq = (torch.linalg.vector_norm(w_ref, dim=-1).double() ** 2).cpu().numpy()
+    with gpu_turn(lock, exclusive=False):
+        checkpoint = _Checkpoint(weights)
+        w_sq = checkpoint.row_norms_sq()
     for m in plan["batch_sizes"]:
-        batch = run_batch(case, layer, w_ref, w_sq, m, plan, device)
+        batch = run_batch(case, layer, checkpoint, w_sq, m, plan, device)
         result["batches"].append(batch)
         events.emit("progress", index=index, stage="batch", m=m)
-    del layer, w_ref
+    del layer, checkpoint
     torch.cuda.empty_cache()
     return result
 
@@ -258,7 +337,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
 def run_batch(
     case: KernelCase,
     layer: Any,
-    w_ref: Any,
+    checkpoint: _Checkpoint,
     w_sq: np.ndarray[Any, Any],
     m: int,
     plan: dict[str, Any],
@@ -286,22 +365,27 @@ def run_batch(
     if case.activation.quantized:
         batch["rel_err_vs_unquantized"] = []
         batch["quant_err"] = []
+    watch = _Stopwatch()
+    lock = plan.get("gpu_lock")
     try:
         for draw in range(int(plan["draws"])):
+            began = time.perf_counter()
             x = make_activations(m, case.shape_k, seed + draw)
             topk_ids = (
                 make_routing(m, case.num_experts, case.top_k, seed + draw).topk_ids
                 if case.kind is GemmKind.MOE
                 else None
             )
-            lock = plan.get("gpu_lock")
+            x_ref = quantize_input(case, x)
             x_gpu = torch.from_numpy(x).to(device).to(torch.bfloat16)
             moe = layer.routing(topk_ids, device) if topk_ids is not None else None
             fn = layer.call(x_gpu, moe)
+            began = watch.add("inputs", began)
             if draw == 0:
                 fn()  # the first call JIT-compiles: CPU work, kept out of the GPU lock
                 torch.cuda.synchronize()
-            with gpu_turn(lock):
+                watch.add("compile", began)
+            with watch.turn(lock, "gpu_check", exclusive=False):
                 out = fn().contiguous()
                 torch.cuda.synchronize()
                 same = 0
@@ -310,22 +394,18 @@ def run_batch(
                     torch.cuda.synchronize()
                     same += int(torch.equal(again.view(torch.uint8), out.view(torch.uint8)))
                 del again
-                x_ref = quantize_input(case, x)
                 xr = torch.from_numpy(x_ref).to(device)
-                ref = _reference_on_gpu(xr, w_ref, topk_ids)
-                abs_ref = _reference_on_gpu(xr.abs(), w_ref.abs(), topk_ids)
-                natural = _reference_on_gpu(xr * xr, w_ref * w_ref, topk_ids)
+                plain_x = torch.from_numpy(x).to(device) if case.activation.quantized else None
+                ref, abs_ref, natural, *plain = _references(checkpoint, xr, plain_x, topk_ids)
                 units = bound_units(out.float(), ref, natural, abs_ref, case.shape_k, topk_ids)
-                del abs_ref, natural
+                del abs_ref, natural, xr, plain_x
                 ref_np = ref.cpu().numpy()
-                del ref
-                plain_np = None
-                if case.activation.quantized:
-                    plain = _reference_on_gpu(torch.from_numpy(x).to(device), w_ref, topk_ids)
-                    plain_np = plain.cpu().numpy()
-                    del plain
+                plain_np = plain[0].cpu().numpy() if plain else None
+                del ref, plain
                 out_np = out.float().cpu().numpy()
                 raw = out.view(torch.uint8).cpu().numpy().tobytes()
+                torch.cuda.empty_cache()  # between turns a worker holds only its layer
+            began = time.perf_counter()
             x_sq = np.sum(x_ref.astype(np.float64) ** 2, axis=1)
             scale = column_scale(x_sq, w_sq, case.shape_k, topk_ids)
             metrics = measure(out_np, ref_np, raw, col_scale=scale)
@@ -343,6 +423,7 @@ def run_batch(
             if plain_np is not None:
                 batch["rel_err_vs_unquantized"].append(measure(out_np, plain_np).rel_err)
                 batch["quant_err"].append(measure(ref_np, plain_np).rel_err)
+            watch.add("host_check", began)
             if draw:
                 continue
             batch["bound"] = BOUND
@@ -353,7 +434,7 @@ def run_batch(
             if moe is not None:
                 batch["moe_block"] = moe.block
             batch["kernel_config"] = layer.kernel_config(moe, m * case.top_k)
-            with gpu_turn(lock):
+            with watch.turn(lock, "gpu_timing", exclusive=True):
                 if m <= GRAPH_MAX_M:
                     t = timing.time_graph(fn, repeats=int(plan["repeats"]))
                 else:
@@ -369,6 +450,7 @@ def run_batch(
         batch["traceback"] = traceback.format_exc(limit=-4)
         with suppress(Exception):  # a poisoned context raises here too; the worker then exits
             torch.cuda.synchronize()
+    batch["seconds"] = {stage: round(t, 3) for stage, t in watch.seconds.items()}
     return batch
 
 
@@ -411,7 +493,8 @@ def main(argv: list[str]) -> int:
                 ceilings = measure_ceilings()
             events.emit("ceilings", **ceilings)
         cases = [KernelCase.from_json(c) for c in plan["cases"]]
-        for index in range(int(plan.get("start", 0)), len(cases)):
+        queue = CaseQueue(Path(plan["queue"]), len(cases))
+        while (index := queue.claim()) is not None:
             events.emit("start", index=index, case=cases[index].name)
             result = run_case(cases[index], plan, events, index)
             events.emit("case", index=index, result=result)

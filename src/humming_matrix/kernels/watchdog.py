@@ -5,7 +5,8 @@ is killed (SIGTERM, then SIGKILL), the case is recorded as "hang", and a fresh w
 the next case, so the GPU context of the hung kernel dies with its process and the card stays
 usable. A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker
 stops by itself after a case that raised (a CUDA error can poison its context), and a fresh one
-picks up the next case.
+picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
+case from the run's queue (`claims.CaseQueue`), each watched on its own.
 
 The worker command, the clock and the sleep are parameters: the tests drive the real
 subprocess and file plumbing with a stand-in worker (tests/doubles/kernel_worker_double.py).
@@ -18,12 +19,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from humming_matrix.errors import InfrastructureError
+from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.process_group import stop_group
 
 DEFAULT_WORKER: tuple[str, ...] = (sys.executable, "-m", "humming_matrix.kernels.runner")
@@ -83,21 +85,6 @@ class _EventReader:
         return events
 
 
-@contextmanager
-def _finished_cases_kept(
-    reader: _EventReader, results: dict[int, dict[str, Any]]
-) -> Iterator[None]:
-    """On an interrupt, also keep the cases the worker finished since the last poll: they are
-    in the event file (read once the worker's group is gone) and belong in the partial record."""
-    try:
-        yield
-    except BaseException:
-        for event in reader.read():
-            if event.get("event") == "case":
-                results[int(event["index"])] = dict(event["result"])
-        raise
-
-
 @dataclass
 class _Progress:
     """What the workers have reported so far (kept on the watchdog so an interrupted run can
@@ -118,6 +105,36 @@ class _Progress:
             launches=self.launches,
         )
 
+    def take(self, events: list[dict[str, Any]], lane: _Lane) -> None:
+        for event in events:
+            kind = event.get("event")
+            fields = {k: v for k, v in event.items() if k not in ("event", "time")}
+            if kind == "env":
+                self.env = fields
+            elif kind == "ceilings":
+                self.ceilings = {k: float(v) for k, v in fields.items()}
+            elif kind == "import_error":
+                self.import_error = str(event.get("message", ""))
+            elif kind == "start":
+                lane.current = int(event["index"])
+                lane.started = True
+            elif kind == "case":
+                self.results[int(event["index"])] = dict(event["result"])
+                lane.current = None
+
+
+@dataclass
+class _Lane:
+    """One worker process and what it has said: the watchdog runs `jobs` of them at once."""
+
+    proc: subprocess.Popen[bytes]
+    reader: _EventReader
+    log_path: Path
+    resources: ExitStack
+    last_pulse: float
+    current: int | None = None  # the case it started and has not finished
+    started: bool = False  # it claimed at least one case
+
 
 class Watchdog:
     def __init__(
@@ -127,115 +144,142 @@ class Watchdog:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         poll_s: float = 0.2,
+        jobs: int = 1,
     ) -> None:
         self.timeout_s = timeout_s
         self.worker = tuple(worker)
         self.clock = clock
         self.sleep = sleep
         self.poll_s = poll_s
+        self.jobs = jobs
         self.progress = _Progress()
 
     def run(self, plan: dict[str, Any], workdir: Path) -> SuiteRun:
-        """Run every case of `plan` (its "cases" list), `workdir` holding plans, events and logs."""
+        """Run every case of `plan` (its "cases" list) on up to `jobs` workers at once, `workdir`
+        holding plans, events, logs, the case queue and (with several workers and no lock of
+        the caller's) the GPU lock that makes their launches and timing loops take turns."""
         workdir.mkdir(parents=True, exist_ok=True)
+        if self.jobs > 1 and not plan.get("gpu_lock"):
+            plan = dict(plan, gpu_lock=str(workdir / "gpu.lock"))
         total = len(plan["cases"])
         p = self.progress = _Progress()
-        results = p.results
-        start = 0
-        while start < total and p.import_error is None:
-            p.launches += 1
-            launches = p.launches
-            # Ceilings are measured once, by the first worker.
-            ceil = bool(plan.get("ceilings")) and launches == 1
-            launch_plan = dict(plan, start=start, ceilings=ceil)
-            plan_path = workdir / f"plan-{launches}.json"
-            plan_path.write_text(json.dumps(launch_plan), encoding="utf-8")
-            events_path = workdir / f"events-{launches}.jsonl"
-            log_path = workdir / f"worker-{launches}.log"
-            reader = _EventReader(events_path)
-            current: int | None = None
-            with (
-                log_path.open("wb") as log,
-                _finished_cases_kept(reader, results),
-                worker_process([*self.worker, str(plan_path), str(events_path)], log) as proc,
-            ):
-                last_pulse = self.clock()
-                while True:
-                    events = reader.read()
-                    for event in events:
-                        kind = event.get("event")
-                        if kind == "env":
-                            p.env = {k: v for k, v in event.items() if k not in ("event", "time")}
-                        elif kind == "ceilings":
-                            p.ceilings = {
-                                k: float(v) for k, v in event.items() if k not in ("event", "time")
-                            }
-                        elif kind == "import_error":
-                            p.import_error = str(event.get("message", ""))
-                        elif kind == "start":
-                            current = int(event["index"])
-                        elif kind == "case":
-                            results[int(event["index"])] = dict(event["result"])
-                            current = None
-                    if events:
-                        last_pulse = self.clock()
-                    if proc.poll() is not None:
-                        for event in reader.read():
-                            if event.get("event") == "case":
-                                results[int(event["index"])] = dict(event["result"])
-                                current = None
-                            elif event.get("event") == "import_error":
-                                p.import_error = str(event.get("message", ""))
-                        break
-                    if self.clock() - last_pulse > self.timeout_s:
-                        stalled = current if current is not None else start
-                        stop_group(proc, KILL_GRACE_SECONDS)
-                        results[stalled] = {
-                            "case": plan["cases"][stalled],
-                            "state": "hang",
-                            "reason": f"no progress for {self.timeout_s:g} s; worker process "
-                            "group killed, next case runs in a fresh process",
-                            "batches": [],
-                        }
-                        current = None
-                        break
+        queue = CaseQueue(workdir / "queue", total)
+        queue.reset()
+        lanes: list[_Lane] = []
+        with ExitStack() as stack:
+            # Runs last on the way out, after every lane's process group is gone: an interrupt
+            # keeps the cases the workers finished since the last poll.
+            stack.push(lambda kind, exc, tb: self._keep_finished(lanes) if kind else None)
+            while True:
+                idle = sum(1 for lane in lanes if not lane.started)
+                while (
+                    p.import_error is None and len(lanes) < self.jobs and queue.remaining() > idle
+                ):
+                    lanes.append(self._launch(stack, plan, workdir, queue))
+                    idle += 1
+                if not lanes:
+                    break
+                for lane in list(lanes):
+                    if self._tend(lane, plan, queue):
+                        lane.resources.close()
+                        lanes.remove(lane)
+                if p.import_error is not None:
+                    for lane in lanes:
+                        lane.resources.close()
+                    lanes.clear()
+                    break
+                if lanes:
                     self.sleep(self.poll_s)
-            if p.import_error is not None:
-                break
-            if current is not None and current not in results:
-                results[current] = {
-                    "case": plan["cases"][current],
-                    "state": "crash",
-                    "reason": f"worker exited with status {proc.returncode} during the case",
-                    "log_tail": _tail(log_path),
-                    "batches": [],
-                }
-            done = [i for i in results if i >= start]
-            if not done:
-                # The worker died before starting any case: charge it to the next case so the
-                # loop always advances.
-                results[start] = {
-                    "case": plan["cases"][start],
-                    "state": "crash",
-                    "reason": f"worker exited with status {proc.returncode} before the case began",
-                    "log_tail": _tail(log_path),
-                    "batches": [],
-                }
-            start = max(i for i in results if i >= start) + 1
-        if not p.env and p.import_error is None and not results:
+        if not p.env and p.import_error is None and not p.results:
             raise InfrastructureError(f"the kernel worker never reported; see {workdir}")
         if p.import_error is not None:
             for i in range(total):
-                results.setdefault(
-                    i,
-                    {
-                        "case": plan["cases"][i],
-                        "state": "unsupported",
-                        "reason": f"import humming: {p.import_error}",
-                        "batches": [],
-                    },
-                )
+                p.results.setdefault(i, _moot(plan, i, f"import humming: {p.import_error}"))
         return p.snapshot()
+
+    def _launch(
+        self, stack: ExitStack, plan: dict[str, Any], workdir: Path, queue: CaseQueue
+    ) -> _Lane:
+        p = self.progress
+        p.launches += 1
+        n = p.launches
+        # Ceilings are measured once, by the first worker.
+        ceilings = bool(plan.get("ceilings")) and n == 1
+        launch_plan = dict(plan, queue=str(queue.path), ceilings=ceilings)
+        plan_path = workdir / f"plan-{n}.json"
+        plan_path.write_text(json.dumps(launch_plan), encoding="utf-8")
+        events_path = workdir / f"events-{n}.jsonl"
+        log_path = workdir / f"worker-{n}.log"
+        resources = ExitStack()
+        stack.callback(resources.close)
+        log = resources.enter_context(log_path.open("wb"))
+        argv = [*self.worker, str(plan_path), str(events_path)]
+        proc = resources.enter_context(worker_process(argv, log))
+        return _Lane(proc, _EventReader(events_path), log_path, resources, self.clock())
+
+    def _tend(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue) -> bool:
+        """Take the lane's new events; True once its worker is gone (exited, or killed as hung),
+        with what that means for its case recorded."""
+        p = self.progress
+        events = lane.reader.read()
+        p.take(events, lane)
+        if events:
+            lane.last_pulse = self.clock()
+        if lane.proc.poll() is not None:
+            p.take(lane.reader.read(), lane)
+            self._exited(lane, plan, queue)
+            return True
+        if self.clock() - lane.last_pulse > self.timeout_s:
+            stop_group(lane.proc, KILL_GRACE_SECONDS)
+            stalled = lane.current if lane.current is not None else queue.claim()
+            if stalled is not None:
+                p.results[stalled] = {
+                    "case": plan["cases"][stalled],
+                    "state": "hang",
+                    "reason": f"no progress for {self.timeout_s:g} s; worker process "
+                    "group killed, next case runs in a fresh process",
+                    "batches": [],
+                }
+            return True
+        return False
+
+    def _exited(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue) -> None:
+        p = self.progress
+        if p.import_error is not None:
+            return
+        status = lane.proc.returncode
+        if lane.current is not None and lane.current not in p.results:
+            p.results[lane.current] = {
+                "case": plan["cases"][lane.current],
+                "state": "crash",
+                "reason": f"worker exited with status {status} during the case",
+                "log_tail": _tail(lane.log_path),
+                "batches": [],
+            }
+            return
+        if lane.started or (status == 0 and not queue.remaining()):
+            return
+        # The worker died before starting any case: charge it to the next case so the run
+        # always advances.
+        index = queue.claim()
+        if index is not None:
+            p.results[index] = {
+                "case": plan["cases"][index],
+                "state": "crash",
+                "reason": f"worker exited with status {status} before the case began",
+                "log_tail": _tail(lane.log_path),
+                "batches": [],
+            }
+
+    def _keep_finished(self, lanes: list[_Lane]) -> None:
+        for lane in lanes:
+            for event in lane.reader.read():
+                if event.get("event") == "case":
+                    self.progress.results[int(event["index"])] = dict(event["result"])
+
+
+def _moot(plan: dict[str, Any], index: int, reason: str) -> dict[str, Any]:
+    return {"case": plan["cases"][index], "state": "unsupported", "reason": reason, "batches": []}
 
 
 def _tail(path: Path) -> str:

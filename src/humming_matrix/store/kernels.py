@@ -24,6 +24,7 @@ class Settings:
     draws: int
     seed: int
     timeout_s: float
+    jobs: int = 1  # workers at once (records before `--jobs` ran one)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -32,6 +33,7 @@ class Settings:
             "draws": self.draws,
             "seed": self.seed,
             "timeout_s": self.timeout_s,
+            "jobs": self.jobs,
         }
 
 

@@ -1,0 +1,96 @@
+"""What lets several kernel workers share one run and one GPU: the case queue and the GPU lock."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from humming_matrix.kernels.claims import CaseQueue
+from humming_matrix.kernels.runner import gpu_turn
+
+
+def _claim_all(path: str, total: int, out: multiprocessing.Queue[list[int]]) -> None:
+    queue = CaseQueue(Path(path), total)
+    mine = []
+    while (index := queue.claim()) is not None:
+        mine.append(index)
+    out.put(mine)
+
+
+def test_each_case_is_claimed_exactly_once_by_racing_processes(tmp_path: Path) -> None:
+    queue = CaseQueue(tmp_path / "queue", 400)
+    queue.reset()
+    results: multiprocessing.Queue[list[int]] = multiprocessing.Queue()
+    procs = [
+        multiprocessing.Process(target=_claim_all, args=(str(queue.path), 400, results))
+        for _ in range(6)
+    ]
+    for proc in procs:
+        proc.start()
+    claimed = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+    assert sorted(i for mine in claimed for i in mine) == list(range(400))
+    assert queue.remaining() == 0
+    assert queue.claim() is None
+
+
+def test_reset_makes_every_case_claimable_again(tmp_path: Path) -> None:
+    queue = CaseQueue(tmp_path / "queue", 3)
+    queue.reset()
+    assert [queue.claim(), queue.claim(), queue.remaining()] == [0, 1, 1]
+    queue.reset()
+    assert [queue.remaining(), queue.claim()] == [3, 0]
+
+
+class _Turn(threading.Thread):
+    """Takes a GPU turn in a thread (each opens its own lock file description, as a process
+    would) and records when it got it; holds it until `release` is set."""
+
+    def __init__(self, lock: str, exclusive: bool, log: list[str], name: str) -> None:
+        super().__init__(daemon=True)
+        self.lock, self.exclusive, self.log, self.label = lock, exclusive, log, name
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def run(self) -> None:
+        with gpu_turn(self.lock, exclusive=self.exclusive):
+            self.log.append(self.label)
+            self.entered.set()
+            self.release.wait(30)
+
+
+def test_checks_share_the_gpu_and_a_waiting_timing_loop_goes_before_later_checks(
+    tmp_path: Path,
+) -> None:
+    lock = str(tmp_path / "gpu.lock")
+    log: list[str] = []
+    with ExitStack() as stack:
+        stack.enter_context(gpu_turn(lock, exclusive=False))
+        check = _Turn(lock, False, log, "check")
+        check.start()
+        assert check.entered.wait(10)  # a second shared turn runs beside the first
+        timing = _Turn(lock, True, log, "timing")
+        timing.start()
+        time.sleep(0.3)
+        later = _Turn(lock, False, log, "later-check")
+        later.start()
+        time.sleep(0.3)
+        # The timing loop waits for the checks; the later check waits behind the timing loop.
+        assert log == ["check"]
+        check.release.set()
+    assert timing.entered.wait(10)
+    time.sleep(0.3)
+    assert log == ["check", "timing"]  # alone: the later check still waits
+    timing.release.set()
+    assert later.entered.wait(10)
+    later.release.set()
+    assert log == ["check", "timing", "later-check"]
+
+
+def test_without_a_lock_file_a_turn_is_free() -> None:
+    with gpu_turn(None, exclusive=True), gpu_turn(None, exclusive=True):
+        pass
