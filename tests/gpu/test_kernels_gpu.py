@@ -20,7 +20,7 @@ from humming_matrix.kernels.assess import BOUND
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightDist, WeightScheme
 from humming_matrix.kernels.inputs import make_activations, make_routing, make_weights
 from humming_matrix.kernels.judge import CaseState, assess_case
-from humming_matrix.kernels.reference import dequantize, reference_dense, reference_moe
+from humming_matrix.kernels.reference import dequantize, measure, reference_dense, reference_moe
 
 pytestmark = pytest.mark.gpu
 
@@ -86,6 +86,16 @@ def test_gpu_references_equal_the_numpy_reference(torch: Any, case: KernelCase) 
         np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
     norms = checkpoint.row_norms_sq()
     np.testing.assert_allclose(norms, np.sum(w.astype(np.float64) ** 2, axis=-1), rtol=1e-5)
+
+
+def test_gpu_rel_err_equals_the_numpy_measure(torch: Any) -> None:
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((64, 96)).astype(np.float32)
+    out = (ref + 1e-3 * rng.standard_normal((64, 96))).astype(np.float32)
+    got = probe._rel_err(torch.from_numpy(out).cuda(), torch.from_numpy(ref).cuda())
+    assert got == pytest.approx(measure(out, ref).rel_err, rel=1e-12)
+    out[3, 5] = np.nan
+    assert probe._rel_err(torch.from_numpy(out).cuda(), torch.from_numpy(ref).cuda()) == np.inf
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.kernels.runner import gpu_turn
+from humming_matrix.kernels.watchdog import worker_environment
 
 
 def _claim_all(path: str, total: int, out: multiprocessing.Queue[list[int]]) -> None:
@@ -94,3 +95,16 @@ def test_checks_share_the_gpu_and_a_waiting_timing_loop_goes_before_later_checks
 def test_without_a_lock_file_a_turn_is_free() -> None:
     with gpu_turn(None, exclusive=True), gpu_turn(None, exclusive=True):
         pass
+
+
+def test_each_worker_gets_its_share_of_the_cores_unless_the_caller_sized_the_pools() -> None:
+    env = worker_environment(4, {"PATH": "/bin"}, 16)
+    assert env == {
+        "PATH": "/bin",
+        "OMP_NUM_THREADS": "4",
+        "OPENBLAS_NUM_THREADS": "4",
+        "MKL_NUM_THREADS": "4",
+    }
+    assert worker_environment(8, {}, 2)["OMP_NUM_THREADS"] == "1"
+    assert worker_environment(1, {}, None)["MKL_NUM_THREADS"] == "1"
+    assert worker_environment(2, {"OMP_NUM_THREADS": "3"}, 16)["OMP_NUM_THREADS"] == "3"

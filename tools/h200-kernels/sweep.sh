@@ -18,6 +18,9 @@ mkdir -p "$work/deps" "$out" "$work/records"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/deps" \
     "$wheelhouse"/deps/*.whl >"$work/pip-deps.log" 2>&1 || cat "$work/pip-deps.log"
 start=$(date +%s)
+# Many workers on 16 cores: one CPU thread each for numpy's BLAS and torch (their compiles and
+# checks are what runs in parallel).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 run_one() {
     # "0.1.10#2" is a second run of 0.1.10 (its own folders): run-to-run spread in one call.
     tag=$1; v=${1%%#*}; shift

@@ -26,6 +26,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -102,6 +103,19 @@ def bound_units(
         result["worst_expert_units"] = float(units.reshape(-1)[flat])
         result["worst_expert"] = flat // units.shape[1]
     return result
+
+
+def _rel_err(out: Any, ref: Any) -> float:
+    """reference.measure's rel_err, on the GPU: ||out - ref|| / ||ref|| in float64."""
+    import torch
+
+    diff = out.double() - ref.double()
+    diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
+    den = float(torch.linalg.vector_norm(ref.double()))
+    num = float(torch.linalg.vector_norm(diff))
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
 
 
 class Events:
@@ -311,9 +325,9 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     began = time.perf_counter()
     lock = plan.get("gpu_lock")
     try:
-        # transform() repacks the weights on the GPU: not while another worker is timing.
-        with gpu_turn(lock, exclusive=False):
-            layer = adapter.build(case, weights, device)
+        # Outside the lock: a build may JIT-compile for seconds (CPU work), and its repacking
+        # kernels are short next to a timing loop's flushes.
+        layer = adapter.build(case, weights, device)
     except Exception as exc:
         result["state"] = "unsupported" if adapter.is_api_gap(exc) else "error"
         result["reason"] = f"build: {describe(exc)}"
@@ -325,13 +339,63 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     with gpu_turn(lock, exclusive=False):
         checkpoint = _Checkpoint(weights)
         w_sq = checkpoint.row_norms_sq()
+    timed: list[tuple[dict[str, Any], _Timing]] = []
     for m in plan["batch_sizes"]:
-        batch = run_batch(case, layer, checkpoint, w_sq, m, plan, device)
+        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device)
         result["batches"].append(batch)
+        if timer is not None:
+            timed.append((batch, timer))
         events.emit("progress", index=index, stage="batch", m=m)
-    del layer, checkpoint
+    del checkpoint
+    # Every batch size timed in one turn alone on the GPU: a timing loop waits for the checks
+    # running beside it to end, and blocks new ones, once per case rather than once per batch.
+    began = time.perf_counter()
+    with gpu_turn(lock, exclusive=True):
+        result["timing_wait_seconds"] = time.perf_counter() - began
+        for batch, timer in timed:
+            if not timer.run(batch, int(plan["repeats"])):
+                break  # the context may be poisoned: the worker exits after this case
+    events.emit("progress", index=index, stage="timed")
+    del layer, timed
     torch.cuda.empty_cache()
     return result
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """How to time one batch size's call once its checks are done."""
+
+    fn: Any
+    graph: bool  # decode sizes: replayed from a captured CUDA graph, as vLLM runs them
+    flop: int
+    moved: int
+
+    def run(self, batch: dict[str, Any], repeats: int) -> bool:
+        """Time it into `batch`; False (and the batch's `error`) if it raised."""
+        import torch
+
+        from humming_matrix.kernels import timing
+
+        began = time.perf_counter()
+        try:
+            if self.graph:
+                t = timing.time_graph(self.fn, repeats=repeats)
+            else:
+                t = timing.time_kernel(self.fn, repeats=repeats)
+        except Exception as exc:
+            batch["error"] = f"timing: {describe(exc)}"
+            batch["traceback"] = traceback.format_exc(limit=-4)
+            with suppress(Exception):
+                torch.cuda.synchronize()
+            return False
+        finally:
+            batch.setdefault("seconds", {})["gpu_timing"] = round(time.perf_counter() - began, 3)
+        batch["time"] = t.to_json()
+        batch["flop"] = self.flop
+        batch["bytes"] = self.moved
+        batch["tflops"] = self.flop / (t.median_ms * 1e-3) / 1e12
+        batch["gbps"] = self.moved / (t.median_ms * 1e-3) / 1e9
+        return True
 
 
 def run_batch(
@@ -342,10 +406,9 @@ def run_batch(
     m: int,
     plan: dict[str, Any],
     device: Any,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], _Timing | None]:
+    """The checks of one batch size, and how to time it (None if a check raised)."""
     import torch
-
-    from humming_matrix.kernels import timing
 
     seed = int(plan["seed"])
     batch: dict[str, Any] = {
@@ -367,6 +430,7 @@ def run_batch(
         batch["quant_err"] = []
     watch = _Stopwatch()
     lock = plan.get("gpu_lock")
+    timer: _Timing | None = None
     try:
         for draw in range(int(plan["draws"])):
             began = time.perf_counter()
@@ -399,8 +463,9 @@ def run_batch(
                 ref, abs_ref, natural, *plain = _references(checkpoint, xr, plain_x, topk_ids)
                 units = bound_units(out.float(), ref, natural, abs_ref, case.shape_k, topk_ids)
                 del abs_ref, natural, xr, plain_x
+                if plain:  # against the unquantised activations: the kernel's, the quantizer's
+                    vs_plain = (_rel_err(out.float(), plain[0]), _rel_err(ref, plain[0]))
                 ref_np = ref.cpu().numpy()
-                plain_np = plain[0].cpu().numpy() if plain else None
                 del ref, plain
                 out_np = out.float().cpu().numpy()
                 raw = out.view(torch.uint8).cpu().numpy().tobytes()
@@ -420,9 +485,9 @@ def run_batch(
             batch["output_sha256"].append(metrics.sha256)
             batch["nan"] += metrics.nan
             batch["inf"] += metrics.inf
-            if plain_np is not None:
-                batch["rel_err_vs_unquantized"].append(measure(out_np, plain_np).rel_err)
-                batch["quant_err"].append(measure(ref_np, plain_np).rel_err)
+            if case.activation.quantized:
+                batch["rel_err_vs_unquantized"].append(vs_plain[0])
+                batch["quant_err"].append(vs_plain[1])
             watch.add("host_check", began)
             if draw:
                 continue
@@ -434,24 +499,16 @@ def run_batch(
             if moe is not None:
                 batch["moe_block"] = moe.block
             batch["kernel_config"] = layer.kernel_config(moe, m * case.top_k)
-            with watch.turn(lock, "gpu_timing", exclusive=True):
-                if m <= GRAPH_MAX_M:
-                    t = timing.time_graph(fn, repeats=int(plan["repeats"]))
-                else:
-                    t = timing.time_kernel(fn, repeats=int(plan["repeats"]))
             flop, moved = _work(case, m, topk_ids)
-            batch["time"] = t.to_json()
-            batch["flop"] = flop
-            batch["bytes"] = moved
-            batch["tflops"] = flop / (t.median_ms * 1e-3) / 1e12
-            batch["gbps"] = moved / (t.median_ms * 1e-3) / 1e9
+            timer = _Timing(fn, m <= GRAPH_MAX_M, flop, moved)
     except Exception as exc:
         batch["error"] = describe(exc)
         batch["traceback"] = traceback.format_exc(limit=-4)
+        timer = None
         with suppress(Exception):  # a poisoned context raises here too; the worker then exits
             torch.cuda.synchronize()
     batch["seconds"] = {stage: round(t, 3) for stage, t in watch.seconds.items()}
-    return batch
+    return batch, timer
 
 
 def environment() -> dict[str, Any]:

@@ -15,10 +15,11 @@ subprocess and file plumbing with a stand-in worker (tests/doubles/kernel_worker
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +48,29 @@ class SuiteRun:
 KILL_GRACE_SECONDS = 5.0
 
 
+# numpy's BLAS and torch's CPU ops each start a thread per core; `jobs` workers (and the other
+# releases of a sweep) each doing so oversubscribe the machine that their compiles need.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def worker_environment(jobs: int, environ: Mapping[str, str], cpus: int | None) -> dict[str, str]:
+    """The worker's environment: the caller's, with each CPU thread pool given its share of the
+    cores unless the caller sized it."""
+    share = str(max(1, (cpus or 1) // jobs))
+    return {**dict.fromkeys(THREAD_VARIABLES, share), **environ}
+
+
 @contextmanager
-def worker_process(argv: Sequence[str], log: IO[bytes]) -> Iterator[subprocess.Popen[bytes]]:
+def worker_process(
+    argv: Sequence[str], log: IO[bytes], env: Mapping[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """The worker in a new session; on leaving, its whole process group is gone, always."""
     proc = subprocess.Popen(
-        list(argv), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        list(argv),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env=None if env is None else dict(env),
     )
     try:
         yield proc
@@ -214,7 +233,8 @@ class Watchdog:
         stack.callback(resources.close)
         log = resources.enter_context(log_path.open("wb"))
         argv = [*self.worker, str(plan_path), str(events_path)]
-        proc = resources.enter_context(worker_process(argv, log))
+        env = worker_environment(self.jobs, os.environ, os.cpu_count())
+        proc = resources.enter_context(worker_process(argv, log, env))
         return _Lane(proc, _EventReader(events_path), log_path, resources, self.clock())
 
     def _tend(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue) -> bool:
