@@ -74,16 +74,19 @@ def test_gpu_references_equal_the_numpy_reference(torch: Any, case: KernelCase) 
 
     checkpoint = probe._Checkpoint(weights)
     xq = x * 0.5  # stands in for quantised activations: `plain` must use x, not these
-    xq_gpu, x_gpu = (torch.from_numpy(a).cuda() for a in (xq, x))
-    got = probe._references(checkpoint, xq_gpu, x_gpu, ids)
-    expected = [
-        numpy_reference(xq, w),
-        numpy_reference(np.abs(xq), np.abs(w)),
-        numpy_reference(xq * xq, w * w),
-        numpy_reference(x, w),
-    ]
-    for out, want in zip(got, expected, strict=True):
-        np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
+    ties = np.where(np.arange(x.size).reshape(x.shape) % 7 == 0, 0.25, 0.0).astype(np.float32)
+    xq_gpu, x_gpu, ties_gpu = (torch.from_numpy(a).cuda() for a in (xq, x, ties))
+    got = probe._references(checkpoint, xq_gpu, x_gpu, ties_gpu, ids)
+    expected = {
+        "ref": numpy_reference(xq, w),
+        "abs": numpy_reference(np.abs(xq), np.abs(w)),
+        "natural": numpy_reference(xq * xq, w * w),
+        "plain": numpy_reference(x, w),
+        "ties": numpy_reference(ties, np.abs(w)),
+    }
+    assert sorted(got) == sorted(expected)
+    for name, want in expected.items():
+        np.testing.assert_allclose(got[name].cpu().numpy(), want, rtol=1e-4, atol=1e-4)
     norms = checkpoint.row_norms_sq()
     np.testing.assert_allclose(norms, np.sum(w.astype(np.float64) ** 2, axis=-1), rtol=1e-5)
 

@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from humming_matrix.kernels.assess import BOUND, CaseState, assess_batch, channel_bound
+from humming_matrix.kernels.assess import (
+    BOUND,
+    BOUND_WITH_TIES,
+    CaseState,
+    assess_batch,
+    channel_bound,
+)
 from humming_matrix.kernels.inputs import bf16_round, make_activations
 
 K = 2048
@@ -143,3 +149,19 @@ def find_cycle(package: Path) -> list[str] | None:
 def test_the_kernels_package_has_no_import_cycle() -> None:
     package = Path(__file__).resolve().parents[2] / "src" / "humming_matrix" / "kernels"
     assert find_cycle(package) is None
+
+
+def test_units_under_the_bound_with_rounding_ties_are_judged_by_it_and_others_by_the_floor() -> (
+    None
+):
+    assert assess_batch(_batch(bound=BOUND_WITH_TIES, worst_channel_units=[0.9])) is CaseState.OK
+    assert assess_batch(_batch(bound=BOUND_WITH_TIES, worst_channel_units=[1.1])) is (
+        CaseState.FAIL
+    )
+    # Units of an unknown bound are not read: the floor rule judges (rel_err 2e-3 < 16 x floor).
+    assert assess_batch(_batch(bound="another", worst_channel_units=[9.0])) is CaseState.OK
+
+
+def test_the_ties_term_adds_to_the_bound_linearly() -> None:
+    plain = channel_bound(1.0, 2.0, 3.0, 2048)
+    assert channel_bound(1.0, 2.0, 3.0, 2048, 0.25) == plain + 0.25

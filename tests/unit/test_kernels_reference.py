@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
 
-from humming_matrix.kernels.inputs import GptqWeights, Mxfp4Weights, bf16_round
+from humming_matrix.kernels.assess import channel_bound
+from humming_matrix.kernels.inputs import GptqWeights, Mxfp4Weights, bf16_round, make_activations
 from humming_matrix.kernels.reference import (
+    E4M3_MAX,
+    Int8Rule,
     column_scale,
     dequantize,
     e4m3_round,
     measure,
     quantize_fp8_per_token,
+    quantize_int8_per_token,
     reference_dense,
     reference_moe,
+    rounding_ties,
 )
 
 
@@ -134,3 +140,80 @@ def test_dense_reference_matches_float64_product() -> None:
     np.testing.assert_allclose(
         reference_dense(x, w), x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-6
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "rule"),
+    [
+        ("0.1.0", Int8Rule.SIGNED_127_49),
+        ("0.1.10", Int8Rule.SIGNED_127_49),
+        ("0.1.11", Int8Rule.SIGNED_127_128),
+        ("0.1.13", Int8Rule.SIGNED_127_128),
+        ("0.1.14", Int8Rule.ABSMAX_127),
+        ("0.1.20", Int8Rule.ABSMAX_127),
+        (None, Int8Rule.ABSMAX_127),
+    ],
+)
+def test_each_release_has_the_int8_scale_rule_its_source_uses(
+    version: str | None, rule: Int8Rule
+) -> None:
+    assert Int8Rule.of(version) is rule
+
+
+def test_int8_rules_scale_and_saturate_as_the_releases_do() -> None:
+    x = np.array([[2.0, -4.0, 1.0]], dtype=np.float32)
+    # max(2 / 127, 4 / 128) = 1/32: -4 is code -128, 2 is 64, 1 is 32, all exact.
+    assert quantize_int8_per_token(x, Int8Rule.SIGNED_127_128).tolist() == [[2.0, -4.0, 1.0]]
+    # absmax / 127: 2 / (4 / 127) = 63.5 rounds to even, 64.
+    got = quantize_int8_per_token(x, Int8Rule.ABSMAX_127)
+    scale = np.float32(4.0) / np.float32(127.0)
+    assert got.tolist() == [[np.float32(64 * scale), np.float32(-127 * scale), 32 * scale]]
+    # 127.49 / 128.49: 4 / 128.49 is the scale, 4 lands on -128.49 -> -128 (saturated).
+    signed = quantize_int8_per_token(x, Int8Rule.SIGNED_127_49)
+    assert signed[0, 1] == np.float32(-128 * (np.float32(4.0) / np.float32(128.49)))
+
+
+def test_rounding_ties_are_the_values_on_a_rounding_midpoint() -> None:
+    # absmax 448: scale 1. e4m3 codes near 1 are 1/8 apart: 1.0625 is their midpoint.
+    x = np.array([[448.0, 1.0625, 1.03125, 3.0, -1.0625]], dtype=np.float32)
+    assert rounding_ties(x, fp8=True).tolist() == [[0.0, 0.125, 0.0, 0.0, 0.125]]
+    # int8, absmax / 127 with absmax 127: scale 1; 2.5 and -0.5 are midpoints.
+    y = np.array([[127.0, 2.5, 2.4, -0.5]], dtype=np.float32)
+    assert rounding_ties(y, fp8=False).tolist() == [[0.0, 1.0, 0.0, 1.0]]
+    # Within 8 float32 ulps of the midpoint still counts, 9 does not.
+    near = np.float32(1.0625) + 8 * np.spacing(np.float32(1.0625))
+    far = np.float32(1.0625) + 9 * np.spacing(np.float32(1.0625))
+    z = np.array([[448.0, near, far]], dtype=np.float32)
+    assert rounding_ties(z, fp8=True).tolist() == [[0.0, 0.125, 0.0]]
+
+
+def test_a_reciprocal_quantizer_fits_the_bound_with_ties_and_a_bad_channel_still_fails() -> None:
+    """humming multiplies by 1 / scale; the model divides. On bf16 activations the two round 50
+    of 46,080 values differently: within the bound once the ties are in it."""
+    x = make_activations(16, 2880, 0)
+    w = (np.random.default_rng(1).standard_normal((256, 2880)) * 0.05).astype(np.float32)
+    absmax = np.max(np.abs(x), axis=1, keepdims=True).astype(np.float32)
+    scale = absmax / np.float32(E4M3_MAX)
+    kernel_x = e4m3_round((x * (np.float32(1.0) / scale)).astype(np.float32)) * scale
+    model_x = quantize_fp8_per_token(x)
+    assert int(np.sum(kernel_x != model_x)) == 50
+
+    def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.asarray(a.astype(np.float64) @ b.T.astype(np.float64))
+
+    def norms(t: np.ndarray) -> np.ndarray:
+        return np.asarray(np.sqrt((t**2).sum(0)))
+
+    out, ref = product(kernel_x, w), product(model_x, w)
+    natural = np.sqrt(product(model_x**2, w**2).sum(0))
+    abs_ref = norms(product(np.abs(model_x), np.abs(w)))
+    ties = norms(product(rounding_ties(x, fp8=True), np.abs(w)))
+    per_channel: Any = channel_bound  # elementwise on arrays, as the probe uses it on tensors
+    without = per_channel(norms(ref), natural, abs_ref, 2880)
+    with_ties = per_channel(norms(ref), natural, abs_ref, 2880, ties)
+    # Rounding ties alone use most of the bound that lacks them; with them, a third.
+    assert np.max(norms(out - ref) / without) == pytest.approx(0.7617, abs=1e-4)
+    assert np.max(norms(out - ref) / with_ties) == pytest.approx(0.3518, abs=1e-4)
+    bad = out.copy()
+    bad[:, 7] *= 1.05  # one channel 5 % off
+    assert norms(bad - ref)[7] / with_ties[7] == pytest.approx(1.1154, abs=1e-4)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
+from packaging.version import Version
 
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
@@ -34,10 +36,6 @@ FP8_QUANTIZER = (
     "q = round-to-nearest-even(x / scale) saturated to +-448, x_hat = q * scale"
 )
 E4M3_MAX = 448.0
-INT8_QUANTIZER = (
-    "int8 dynamic per-token: scale = absmax(token) / 127 in float32, "
-    "q = round-to-nearest-even(x / scale) clamped to +-127, x_hat = q * scale"
-)
 
 
 def dequantize(weights: Weights) -> F32:
@@ -74,13 +72,87 @@ def quantize_fp8_per_token(x: F32) -> F32:
     return out
 
 
-def quantize_int8_per_token(x: F32) -> F32:
-    """The modelled int8 input quantizer (`INT8_QUANTIZER`): returns the dequantised values."""
-    absmax = np.max(np.abs(x), axis=1, keepdims=True).astype(np.float32)
-    scale = np.maximum(absmax, np.float32(1e-30)) / np.float32(127.0)
-    q = np.clip(np.round((x / scale).astype(np.float32)), -127, 127)
+class Int8Rule(str, Enum):
+    """How a humming release picks the per-token int8 scale (read from each release's source:
+    `humming/ops/input.py`, a Triton kernel, up to 0.1.13; the CUDA `process_input` kernel's
+    `target_maximum`, from 0.1.14). Values then round to nearest even and saturate."""
+
+    ABSMAX_127 = "absmax / 127"  # >= 0.1.14: q in [-127, 127]
+    SIGNED_127_128 = "max(max / 127, -min / 128)"  # 0.1.11 - 0.1.13: q in [-128, 127]
+    SIGNED_127_49 = "max(max / 127.49, -min / 128.49)"  # <= 0.1.10: q in [-128, 127]
+
+    @classmethod
+    def of(cls, version: str | None) -> Int8Rule:
+        """The rule of an installed release (the newest rule when the version is unknown)."""
+        if version is None:
+            return cls.ABSMAX_127
+        release = Version(version).release
+        if release < (0, 1, 11):
+            return cls.SIGNED_127_49
+        if release < (0, 1, 14):
+            return cls.SIGNED_127_128
+        return cls.ABSMAX_127
+
+
+def int8_quantizer(rule: Int8Rule) -> str:
+    return (
+        f"int8 dynamic per-token: scale = {rule.value} of the token in float32, "
+        "q = round-to-nearest-even(x / scale) saturated, x_hat = q * scale"
+    )
+
+
+def _int8_scale(x: F32, rule: Int8Rule) -> F32:
+    if rule is Int8Rule.ABSMAX_127:
+        absmax = np.max(np.abs(x), axis=1, keepdims=True).astype(np.float32)
+        symmetric: F32 = np.maximum(absmax, np.float32(1e-30)) / np.float32(127.0)
+        return symmetric
+    top, bottom = (127.0, 128.0) if rule is Int8Rule.SIGNED_127_128 else (127.49, 128.49)
+    maxval = np.maximum(np.max(x, axis=1, keepdims=True), np.float32(1e-30))
+    minval = np.minimum(np.min(x, axis=1, keepdims=True), np.float32(-1e-30))
+    signed: F32 = np.maximum(maxval / np.float32(top), -minval / np.float32(bottom)).astype(
+        np.float32
+    )
+    return signed
+
+
+def quantize_int8_per_token(x: F32, rule: Int8Rule = Int8Rule.ABSMAX_127) -> F32:
+    """The modelled int8 input quantizer (`int8_quantizer(rule)`): the dequantised values."""
+    scale = _int8_scale(x, rule)
+    low = -127 if rule is Int8Rule.ABSMAX_127 else -128
+    q = np.clip(np.round((x / scale).astype(np.float32)), low, 127)
     out: F32 = (q * scale).astype(np.float32)
     return out
+
+
+# How close (in float32 ulps of x / scale) to a rounding midpoint an activation may be and still
+# round the other way in the kernel: humming multiplies by a reciprocal of the scale, built with
+# --use_fast_math (an approximate reciprocal, 1 ulp; the scale's own division, 2), where the model
+# divides. bf16 activations land on e4m3 midpoints often: 50 of the 46,080 values of a 16-token
+# gpt-oss batch round differently under x * (1 / scale) than under x / scale.
+TIE_ULPS = 8
+
+
+def rounding_ties(x: F32, fp8: bool, rule: Int8Rule = Int8Rule.ABSMAX_127) -> F32:
+    """Per activation, how far the kernel's quantized value may be from the modelled one: the
+    distance between the two codes around it where x / scale lies within `TIE_ULPS` of their
+    midpoint (either may come out), 0 elsewhere. `S @ |w|^T` bounds, channel by channel, what
+    those roundings can move the output (`assess.channel_bound`'s `ties` term)."""
+    if fp8:
+        absmax = np.max(np.abs(x), axis=1, keepdims=True).astype(np.float32)
+        scale = np.maximum(absmax, np.float32(1e-30)) / np.float32(E4M3_MAX)
+    else:
+        scale = _int8_scale(x, rule)
+    v = np.abs((x / scale).astype(np.float32))
+    if fp8:
+        _, exponent = np.frexp(v)
+        step = np.exp2((np.maximum(exponent.astype(np.int32) - 1, -6) - 3).astype(np.float32))
+    else:
+        step = np.ones_like(v)
+    below = np.floor(v / step) * step
+    near = np.abs(v - (below + step / 2)) <= TIE_ULPS * np.spacing(v)
+    near &= below + step <= (E4M3_MAX if fp8 else 127.0)
+    ties: F32 = np.where(near, step * scale, np.float32(0.0)).astype(np.float32)
+    return ties
 
 
 def reference_dense(x: F32, w: F32) -> F32:

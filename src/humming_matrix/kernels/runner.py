@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from humming_matrix.kernels.assess import BOUND, channel_bound
+from humming_matrix.kernels.assess import BOUND, BOUND_WITH_TIES, channel_bound
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.kernels.inputs import (
@@ -49,46 +49,54 @@ from humming_matrix.kernels.inputs import (
 )
 from humming_matrix.kernels.reference import (
     FP8_QUANTIZER,
-    INT8_QUANTIZER,
+    Int8Rule,
     column_scale,
+    int8_quantizer,
     measure,
     quantize_fp8_per_token,
     quantize_int8_per_token,
+    rounding_ties,
 )
 
 DETERMINISM_RUNS = 2  # relaunches of every draw at every batch size
 GRAPH_MAX_M = 16  # decode sizes: timed from a captured CUDA graph
 
 
-def quantize_input(case: KernelCase, x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+def quantize_input(
+    case: KernelCase, x: np.ndarray[Any, Any], rule: Int8Rule
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any] | None]:
+    """The activations as the modelled quantizer leaves them, and their rounding ties (None for
+    bf16 activations)."""
     if case.activation is Activation.FP8_E4M3:
-        return quantize_fp8_per_token(x)
+        return quantize_fp8_per_token(x), rounding_ties(x, fp8=True)
     if case.activation is Activation.INT8:
-        return quantize_int8_per_token(x)
-    return x
+        return quantize_int8_per_token(x, rule), rounding_ties(x, fp8=False, rule=rule)
+    return x, None
 
 
 def bound_units(
-    out: Any, ref: Any, natural: Any, abs_ref: Any, k: int, topk_ids: Any
+    out: Any, ref: Any, natural: Any, abs_ref: Any, k: int, topk_ids: Any, ties: Any = None
 ) -> dict[str, Any]:
     """Errors in units of the rounding bound (`assess.channel_bound`): the whole output, the
-    worst channel, and for MoE the worst (expert, channel) pair. `natural` is x^2 @ w^2^T and
-    `abs_ref` |x| @ |w|^T, row for row with `ref`."""
+    worst channel, and for MoE the worst (expert, channel) pair. `natural` is x^2 @ w^2^T,
+    `abs_ref` |x| @ |w|^T and `ties` (quantized activations) S @ |w|^T, row for row with `ref`."""
     import torch
 
     diff = out.double() - ref.double()
     diff = torch.where(torch.isfinite(diff), diff, torch.full_like(diff, math.inf))
     d2, r2, n2, q2 = diff * diff, ref.double() ** 2, natural.double(), abs_ref.double() ** 2
+    t2 = torch.zeros_like(d2) if ties is None else ties.double() ** 2
 
-    def ratio(dd: Any, rr: Any, nn: Any, qq: Any) -> Any:
-        bound = channel_bound(torch.sqrt(rr), torch.sqrt(nn), torch.sqrt(qq), k)
+    def ratio(dd: Any, rr: Any, nn: Any, qq: Any, tt: Any) -> Any:
+        bound = channel_bound(torch.sqrt(rr), torch.sqrt(nn), torch.sqrt(qq), k, torch.sqrt(tt))
         err = torch.sqrt(dd)
         safe = torch.where(bound > 0, bound, torch.ones_like(bound))
         return torch.where(bound > 0, err / safe, torch.where(err > 0, math.inf, 0.0))
 
+    sums = [d2, r2, n2, q2, t2]
     result: dict[str, Any] = {
-        "err_units": float(ratio(d2.sum(), r2.sum(), n2.sum(), q2.sum())),
-        "worst_channel_units": float(ratio(d2.sum(0), r2.sum(0), n2.sum(0), q2.sum(0)).max()),
+        "err_units": float(ratio(*(t.sum() for t in sums))),
+        "worst_channel_units": float(ratio(*(t.sum(0) for t in sums)).max()),
     }
     if topk_ids is not None:
         ids = torch.from_numpy(topk_ids.reshape(-1)).to(out.device).long()
@@ -98,7 +106,7 @@ def bound_units(
             zeros = torch.zeros((e, t.shape[1]), dtype=t.dtype, device=t.device)
             return zeros.index_add_(0, ids, t)
 
-        units = ratio(per_expert(d2), per_expert(r2), per_expert(n2), per_expert(q2))
+        units = ratio(*(per_expert(t) for t in sums))
         flat = int(torch.argmax(units))
         result["worst_expert_units"] = float(units.reshape(-1)[flat])
         result["worst_expert"] = flat // units.shape[1]
@@ -253,33 +261,44 @@ class _Checkpoint:
 
 
 def _references(
-    checkpoint: _Checkpoint, x: Any, x_plain: Any | None, topk_ids: np.ndarray[Any, Any] | None
-) -> list[Any]:
-    """In float32 on the GPU, TF32 off: [x @ w^T (the reference), |x| @ |w|^T, x^2 @ (w^2)^T
-    (the bound's terms)] and, where `x_plain` (the unquantised activations) is given,
-    x_plain @ w^T. For MoE, row t * top_k + j is token t through its j-th expert
-    (reference.reference_moe's layout), one expert's weights dequantised at a time."""
+    checkpoint: _Checkpoint,
+    x: Any,
+    x_plain: Any | None,
+    ties: Any | None,
+    topk_ids: np.ndarray[Any, Any] | None,
+) -> dict[str, Any]:
+    """In float32 on the GPU, TF32 off: "ref" x @ w^T, and the bound's terms "abs" |x| @ |w|^T,
+    "natural" x^2 @ (w^2)^T; where given, "plain" x_plain @ w^T (the unquantised activations)
+    and "ties" S @ |w|^T (their rounding ties). For MoE, row t * top_k + j is token t through
+    its j-th expert (reference.reference_moe's layout), one expert dequantised at a time."""
     import torch
 
-    def products(xs: Any, plain: Any | None, w: Any) -> list[Any]:
-        outs = [xs @ w.T, xs.abs() @ w.abs().T, (xs * xs) @ (w * w).T]
-        return outs if plain is None else [*outs, plain @ w.T]
+    def products(rows: Any) -> dict[str, Any]:
+        w = checkpoint.dequantize() if rows is None else checkpoint.dequantize(rows[0])
+
+        def pick(t: Any) -> Any:
+            return t if rows is None else t[rows[1]]
+
+        xs = pick(x)
+        outs = {"ref": xs @ w.T, "abs": xs.abs() @ w.abs().T, "natural": (xs * xs) @ (w * w).T}
+        if x_plain is not None:
+            outs["plain"] = pick(x_plain) @ w.T
+        if ties is not None:
+            outs["ties"] = pick(ties) @ w.abs().T
+        return outs
 
     if topk_ids is None:
-        return products(x, x_plain, checkpoint.dequantize())
+        return products(None)
     m, top_k = topk_ids.shape
     n = checkpoint.codes.shape[1]
-    count = 3 if x_plain is None else 4
-    outs = [torch.zeros((m * top_k, n), dtype=torch.float32, device=x.device) for _ in range(count)]
+    outs: dict[str, Any] = {}
     ids = torch.from_numpy(topk_ids).to(x.device).long()
     for expert in torch.unique(ids).tolist():
         tokens, slots = torch.nonzero(ids == expert, as_tuple=True)
-        rows = tokens * top_k + slots
-        got = products(
-            x[tokens], None if x_plain is None else x_plain[tokens], checkpoint.dequantize(expert)
-        )
-        for out, part in zip(outs, got, strict=True):
-            out[rows] = part
+        for name, part in products((expert, tokens)).items():
+            if name not in outs:
+                outs[name] = torch.zeros((m * top_k, n), dtype=torch.float32, device=x.device)
+            outs[name][tokens * top_k + slots] = part
     return outs
 
 
@@ -309,6 +328,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     seed = int(plan["seed"])
     cache_dir = Path(plan["cache_dir"]) if plan.get("cache_dir") else None
     weights = load_weights(case, seed, cache_dir)
+    rule = Int8Rule.of(adapter.humming_version())
     result: dict[str, Any] = {
         "case": case.to_json(),
         "weights_sha256": digest(weights.codes, weights.scales),
@@ -317,7 +337,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
             "matmul": "float32 on the GPU, TF32 off",
             "activation_quantizer": {
                 Activation.FP8_E4M3: FP8_QUANTIZER,
-                Activation.INT8: INT8_QUANTIZER,
+                Activation.INT8: int8_quantizer(rule),
             }.get(case.activation),
         },
         "batches": [],
@@ -341,7 +361,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
         w_sq = checkpoint.row_norms_sq()
     timed: list[tuple[dict[str, Any], _Timing]] = []
     for m in plan["batch_sizes"]:
-        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device)
+        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device, rule)
         result["batches"].append(batch)
         if timer is not None:
             timed.append((batch, timer))
@@ -406,6 +426,7 @@ def run_batch(
     m: int,
     plan: dict[str, Any],
     device: Any,
+    rule: Int8Rule = Int8Rule.ABSMAX_127,
 ) -> tuple[dict[str, Any], _Timing | None]:
     """The checks of one batch size, and how to time it (None if a check raised)."""
     import torch
@@ -440,7 +461,7 @@ def run_batch(
                 if case.kind is GemmKind.MOE
                 else None
             )
-            x_ref = quantize_input(case, x)
+            x_ref, ties = quantize_input(case, x, rule)
             x_gpu = torch.from_numpy(x).to(device).to(torch.bfloat16)
             moe = layer.routing(topk_ids, device) if topk_ids is not None else None
             fn = layer.call(x_gpu, moe)
@@ -460,13 +481,23 @@ def run_batch(
                 del again
                 xr = torch.from_numpy(x_ref).to(device)
                 plain_x = torch.from_numpy(x).to(device) if case.activation.quantized else None
-                ref, abs_ref, natural, *plain = _references(checkpoint, xr, plain_x, topk_ids)
-                units = bound_units(out.float(), ref, natural, abs_ref, case.shape_k, topk_ids)
-                del abs_ref, natural, xr, plain_x
-                if plain:  # against the unquantised activations: the kernel's, the quantizer's
-                    vs_plain = (_rel_err(out.float(), plain[0]), _rel_err(ref, plain[0]))
+                ties_x = None if ties is None else torch.from_numpy(ties).to(device)
+                got = _references(checkpoint, xr, plain_x, ties_x, topk_ids)
+                ref = got["ref"]
+                units = bound_units(
+                    out.float(),
+                    ref,
+                    got["natural"],
+                    got["abs"],
+                    case.shape_k,
+                    topk_ids,
+                    got.get("ties"),
+                )
+                if "plain" in got:  # against the unquantised activations: the kernel's, the model's
+                    vs_plain = (_rel_err(out.float(), got["plain"]), _rel_err(ref, got["plain"]))
+                del got, xr, plain_x, ties_x
                 ref_np = ref.cpu().numpy()
-                del ref, plain
+                del ref
                 out_np = out.float().cpu().numpy()
                 raw = out.view(torch.uint8).cpu().numpy().tobytes()
                 torch.cuda.empty_cache()  # between turns a worker holds only its layer
@@ -491,7 +522,7 @@ def run_batch(
             watch.add("host_check", began)
             if draw:
                 continue
-            batch["bound"] = BOUND
+            batch["bound"] = BOUND if ties is None else BOUND_WITH_TIES
             batch["worst_row"] = metrics.worst_row
             batch["floor"] = metrics.floor
             batch["sha256"] = metrics.sha256
