@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,6 +81,13 @@ def _run(
     return handle(args, gpu_check=lambda: None, worker=WORKER)
 
 
+def _record(tmp_path: Path) -> dict[str, Any]:
+    """The one kernel record the run wrote."""
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    record: dict[str, Any] = json.loads(path.read_text())
+    return record
+
+
 def test_a_clean_run_exits_0_and_writes_one_kernel_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -123,8 +131,7 @@ def test_a_hang_is_recorded_and_fails_the_run(
     # The timeout runs from the worker's launch: it must cover a start on a loaded machine.
     code = _run(tmp_path, monkeypatch, {"cases": {OSS_FP8: "hang"}}, "--timeout", "3")
     assert code == ExitCode.FAILED
-    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
-    record = json.loads(path.read_text())
+    record = _record(tmp_path)
     assert [c["state"] for c in record["cases"]] == ["ok", "hang", "ok", "ok"]
     assert record["worker_launches"] == 2
 
@@ -147,8 +154,7 @@ def test_jobs_run_the_cases_on_several_workers_and_the_record_says_how_many(
 ) -> None:
     code = _run(tmp_path, monkeypatch, {"cases": {QWEN: "fail"}}, "--jobs", "3")
     assert code == ExitCode.FAILED
-    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
-    record = json.loads(path.read_text())
+    record = _record(tmp_path)
     assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "fail", "ok"]
     assert record["settings"]["jobs"] == 3
