@@ -50,12 +50,14 @@ MOE = replace(
     DENSE, name="moe-mxfp4-bf16-small", kind=GemmKind.MOE, shards=(512, 512), num_experts=8, top_k=2
 )
 GPTQ = replace(DENSE, name="gptq-small", scheme=WeightScheme.GPTQ_INT4_G128, shards=(512, 512))
+FP8_BLOCK = replace(DENSE, name="fp8-block-small", scheme=WeightScheme.FP8_BLOCK, shards=(512, 512))
+FP8_BLOCK_MOE = replace(MOE, name="moe-fp8-block-small", scheme=WeightScheme.FP8_BLOCK)
 GPTQ_MOE_INT8 = replace(
     MOE, name="moe-gptq-int8-small", scheme=WeightScheme.GPTQ_INT4_G128, activation=Activation.INT8
 )
 
 
-@pytest.mark.parametrize("case", [DENSE, MOE, GPTQ], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", [DENSE, MOE, GPTQ, FP8_BLOCK, FP8_BLOCK_MOE], ids=lambda c: c.name)
 def test_gpu_dequantisation_equals_the_numpy_reference(case: KernelCase) -> None:
     weights = make_weights(case, 0)
     on_gpu = probe._Checkpoint(weights).dequantize().cpu().numpy()
@@ -110,6 +112,8 @@ def test_gpu_rel_err_equals_the_numpy_measure(torch: Any) -> None:
         GPTQ,
         GPTQ_MOE_INT8,
         replace(MOE, name="moe-mxfp4-wide-small", weights=WeightDist.WIDE_SCALES),
+        FP8_BLOCK,
+        replace(FP8_BLOCK_MOE, name="moe-fp8-block-fp8-small", activation=Activation.FP8_E4M3),
     ],
     ids=lambda c: c.name,
 )

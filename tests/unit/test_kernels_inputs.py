@@ -11,12 +11,15 @@ from humming_matrix.errors import UsageError
 from humming_matrix.kernels.cases import (
     GemmKind,
     KernelCase,
+    WeightDist,
     WeightScheme,
     parse_batch_sizes,
     select_cases,
 )
 from humming_matrix.kernels.inputs import (
+    E4M3FN_VALUES,
     E8M0_BIAS,
+    Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
     bf16_round,
@@ -108,6 +111,48 @@ def test_gptq_weights_never_use_code_zero_and_have_bf16_scales() -> None:
     assert (w.scales > 0).all()
 
 
+def test_e4m3fn_values_are_the_formats() -> None:
+    assert E4M3FN_VALUES[0x38] == 1.0  # exponent 7 (bias 7), mantissa 0
+    assert E4M3FN_VALUES[0xB8] == -1.0
+    assert E4M3FN_VALUES[0x7E] == 448.0  # the largest finite value
+    assert E4M3FN_VALUES[0x01] == 2.0**-9  # the smallest subnormal
+    assert E4M3FN_VALUES[0x08] == 2.0**-6  # the smallest normal
+    assert np.isnan(E4M3FN_VALUES[[0x7F, 0xFF]]).all()
+    assert np.all(np.diff(E4M3FN_VALUES[:127]) > 0)  # bytes 0x00 .. 0x7E increase
+
+
+SMALL_FP8 = replace(
+    SMALL_DENSE, name="fp8-block-small", scheme=WeightScheme.FP8_BLOCK, shards=(256, 128)
+)
+
+
+def test_block_fp8_weights_are_e4m3_bytes_with_bf16_block_scales_and_full_blocks() -> None:
+    w = make_weights(SMALL_FP8, 0)
+    assert isinstance(w, Fp8BlockWeights)
+    assert w.codes.shape == (384, 256)
+    assert w.scales.shape == (3, 2)  # one per 128 x 128 block
+    assert not np.isin(w.codes, [0x7F, 0xFF]).any()  # no NaN bytes
+    assert np.array_equal(bf16_round(w.scales), w.scales)
+    values = np.abs(E4M3FN_VALUES[w.codes])
+    # Each block uses the top of the format's range; rows within a block still spread (70x).
+    block_max = values.reshape(3, 128, 2, 128).max(axis=(1, 3))
+    assert block_max.tolist() == [[320.0, 352.0], [320.0, 320.0], [352.0, 320.0]]
+    rows = values.max(axis=1)
+    assert (rows.min(), rows.max()) == (5.0, 352.0)
+    wide = replace(
+        SMALL_FP8,
+        kind=GemmKind.MOE,
+        num_experts=8,
+        top_k=2,
+        weights=WeightDist.WIDE_SCALES,
+    )
+    moe = make_weights(wide, 0)
+    assert moe.codes.shape == (8, 384, 256)
+    # Wide scales: the block scales' binades step across the whole 2^-30 .. 2^10 range.
+    binades = np.floor(np.log2(moe.scales))
+    assert (binades.min(), binades.max()) == (-30.0, 10.0)
+
+
 def test_activations_are_bf16_with_outlier_channels() -> None:
     x = make_activations(64, 2048, seed=3)
     assert np.array_equal(bf16_round(x), x)
@@ -144,7 +189,7 @@ def test_select_cases_and_batch_sizes() -> None:
         "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8",
         "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales",
     ]
-    assert len(select_cases(None, SUITE)) == 38
+    assert len(select_cases(None, SUITE)) == 48
     with pytest.raises(UsageError) as no_case:
         select_cases(["nothing*"], SUITE)
     assert str(no_case.value) == (

@@ -62,13 +62,28 @@ def test_uses_are_derived_from_the_mirrored_lists() -> None:
 def test_suite_is_deduplicated_layers_of_the_built_schemes() -> None:
     cases, skipped = suite_from(USES)
     assert cases == SUITE
-    assert len(SUITE) == 38
-    assert len({c.name for c in SUITE}) == 38
+    assert len(SUITE) == 48
+    assert len({c.name for c in SUITE}) == 48
     by_name = {c.name: c for c in SUITE}
     qkv = by_name["qkv-mxfp4-bf16-5120x2048"]  # Qwen3-30B-A3B: 32 x 128 + 2 x 4 x 128, hidden 2048
     assert (qkv.shape_n, qkv.shape_k, qkv.shards) == (5120, 2048, (4096, 512, 512))
     down = by_name["moe-down-gptq-int4-g128-int8-2048x768-e128k8-wide-scales"]
     assert (down.kind, down.num_experts, down.top_k, down.layer) == (GemmKind.MOE, 128, 8, "down")
+    # Block FP8 (Qwen3-30B-A3B-FP8-block's MoE, with bf16 and FP8 activations, both weight
+    # distributions; its q/k/v and o_proj from the config that quantizes the linear layers too).
+    fp8 = sorted(c.name for c in SUITE if c.scheme.value == "fp8-block")
+    assert fp8 == [
+        "moe-down-fp8-block-bf16-2048x768-e128k8",
+        "moe-down-fp8-block-bf16-2048x768-e128k8-wide-scales",
+        "moe-down-fp8-block-fp8-e4m3-2048x768-e128k8",
+        "moe-down-fp8-block-fp8-e4m3-2048x768-e128k8-wide-scales",
+        "moe-gate-up-fp8-block-bf16-1536x2048-e128k8",
+        "moe-gate-up-fp8-block-bf16-1536x2048-e128k8-wide-scales",
+        "moe-gate-up-fp8-block-fp8-e4m3-1536x2048-e128k8",
+        "moe-gate-up-fp8-block-fp8-e4m3-1536x2048-e128k8-wide-scales",
+        "o-fp8-block-bf16-2048x4096",
+        "qkv-fp8-block-bf16-5120x2048",
+    ]
     # Every config not turned into a case says why.
     reasons = {s.reason for s in skipped}
     awq = "qwen3-30b-a3b: weight scheme awq-int4 has no checkpoint writer in the adapter"

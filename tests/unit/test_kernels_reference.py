@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from humming_matrix.kernels.assess import channel_bound
-from humming_matrix.kernels.inputs import GptqWeights, Mxfp4Weights, bf16_round, make_activations
+from humming_matrix.kernels.inputs import (
+    Fp8BlockWeights,
+    GptqWeights,
+    Mxfp4Weights,
+    bf16_round,
+    make_activations,
+)
 from humming_matrix.kernels.reference import (
     E4M3_MAX,
     Int8Rule,
@@ -23,6 +29,17 @@ from humming_matrix.kernels.reference import (
     reference_moe,
     rounding_ties,
 )
+
+
+def test_block_fp8_dequantisation_is_the_e4m3_value_times_its_blocks_scale() -> None:
+    codes = np.zeros((256, 256), dtype=np.uint8)
+    codes[0, :4] = [0x38, 0xB8, 0x7E, 0x01]  # 1, -1, 448, 2^-9
+    codes[200, 130] = 0x40  # 2, in block (1, 1)
+    scales = np.array([[0.5, 2.0], [4.0, 0.125]], dtype=np.float32)
+    w = dequantize(Fp8BlockWeights(codes=codes, scales=scales))
+    assert w[0, :4].tolist() == [0.5, -0.5, 224.0, 2.0**-10]
+    assert w[200, 130] == 0.25
+    assert w[0, 4] == 0.0
 
 
 def test_mxfp4_dequantisation_is_code_value_times_power_of_two() -> None:

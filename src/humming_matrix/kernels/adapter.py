@@ -5,7 +5,8 @@ weight_config, input_config, num_experts, torch_dtype)` with `load_from_tensors`
 `forward`; what moved between releases (the forward's argument names, where the layer's config
 lives, the heuristics' first argument) is looked up here rather than assumed. Checkpoint tensors
 go in the formats vLLM loads: `quant_method` "mxfp4" (packed e2m1 bytes, e8m0 scales) and "gptq"
-(qweight/scales/qzeros/g_idx). FP8 activations are asked for exactly as
+(qweight/scales/qzeros/g_idx), "fp8" with `weight_block_size` [128, 128] (e4m3fn weight, float32
+`weight_scale_inv`). FP8 activations are asked for exactly as
 `VLLM_HUMMING_INPUT_QUANT_CONFIG='{"dtype":"float8e4m3"}'` does: `input_config={"dtype": ...}`.
 
 A case that a release cannot build raises `Unsupported` with the reason; this module imports
@@ -25,6 +26,8 @@ import torch
 
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import (
+    FP8_BLOCK,
+    Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
     Weights,
@@ -159,6 +162,13 @@ def checkpoint_tensors(
             "weight": torch.from_numpy(pack_mxfp4(weights.codes)),
             "weight_scale": torch.from_numpy(weights.scales).view(torch.float8_e8m0fnu),
         }
+    if case.scheme is WeightScheme.FP8_BLOCK:
+        assert isinstance(weights, Fp8BlockWeights)
+        # The "fp8" schema of every release: float8_e4m3fn weight, float32 `weight_scale_inv`.
+        return {"quant_method": "fp8", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}, {
+            "weight": torch.from_numpy(weights.codes).view(torch.float8_e4m3fn),
+            "weight_scale_inv": torch.from_numpy(weights.scales),
+        }
     assert isinstance(weights, GptqWeights)
     n, k = weights.codes.shape[-2:]
     g = case.group_size
@@ -178,48 +188,63 @@ def checkpoint_tensors(
     }
 
 
-def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLayer:
-    """Build, load and transform the layer. Raises Unsupported, or whatever humming raises."""
+def new_layer(case: KernelCase, weight_config: dict[str, Any]) -> Any:
+    """The release's HummingLayer for the case, as vLLM configures it (on the current device)."""
     try:
         from humming.layer import HummingLayer
     except ImportError as exc:
         raise Unsupported(f"humming.layer.HummingLayer: {exc}") from exc
-    weight_config, tensors = checkpoint_tensors(case, weights)
     input_config = {
         Activation.FP8_E4M3: {"dtype": "float8e4m3"},
         Activation.INT8: {"dtype": "int8"},
     }.get(case.activation)
-    with torch.cuda.device(device):
-        layer = HummingLayer(
-            shape_n=case.shape_n,
-            shape_k=case.shape_k,
-            weight_config=weight_config,
-            input_config=input_config,
-            num_experts=case.num_experts if case.kind is GemmKind.MOE else None,
-            torch_dtype=torch.bfloat16,
-            # As vLLM pads every humming layer (gpt-oss's 2880 fits no kernel block otherwise).
-            pad_n_to_multiple=PAD_N,
-            pad_k_to_multiple=PAD_K,
-        )
-        expected = layer.state_dict()
-        for name, tensor in list(tensors.items()):
-            # load_state_dict(strict=False) would skip a renamed or reshaped tensor silently.
-            if name not in expected:
-                raise Unsupported(f"{weight_config['quant_method']} layer has no tensor {name!r}")
-            if tuple(expected[name].shape) != tuple(tensor.shape):
+    return HummingLayer(
+        shape_n=case.shape_n,
+        shape_k=case.shape_k,
+        weight_config=weight_config,
+        input_config=input_config,
+        num_experts=case.num_experts if case.kind is GemmKind.MOE else None,
+        torch_dtype=torch.bfloat16,
+        # As vLLM pads every humming layer (gpt-oss's 2880 fits no kernel block otherwise).
+        pad_n_to_multiple=PAD_N,
+        pad_k_to_multiple=PAD_K,
+    )
+
+
+def fit_tensors(
+    expected: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], quant_method: str
+) -> dict[str, torch.Tensor]:
+    """The checkpoint tensors as the layer declares them (`expected`: its state dict): the same
+    names and shapes, bytes reinterpreted where only the dtype's name differs. Raises
+    Unsupported where they do not fit (load_state_dict(strict=False) would skip a renamed or
+    reshaped tensor silently)."""
+    fitted = dict(tensors)
+    for name, tensor in tensors.items():
+        if name not in expected:
+            raise Unsupported(f"{quant_method} layer has no tensor {name!r}")
+        if tuple(expected[name].shape) != tuple(tensor.shape):
+            raise Unsupported(
+                f"tensor {name!r}: layer expects {tuple(expected[name].shape)}, "
+                f"checkpoint has {tuple(tensor.shape)}"
+            )
+        want = expected[name].dtype
+        if tensor.dtype != want:
+            # Checkpoint bytes are bytes: e8m0 scales stored as uint8 are the same exponents.
+            # load_state_dict would convert values instead (2**-7 -> 0 as uint8).
+            if tensor.element_size() != torch.empty((), dtype=want).element_size():
                 raise Unsupported(
-                    f"tensor {name!r}: layer expects {tuple(expected[name].shape)}, "
-                    f"checkpoint has {tuple(tensor.shape)}"
+                    f"tensor {name!r}: layer wants {want}, checkpoint is {tensor.dtype}"
                 )
-            want = expected[name].dtype
-            if tensor.dtype != want:
-                # Checkpoint bytes are bytes: e8m0 scales stored as uint8 are the same exponents.
-                # load_state_dict would convert values instead (2**-7 -> 0 as uint8).
-                if tensor.element_size() != torch.empty((), dtype=want).element_size():
-                    raise Unsupported(
-                        f"tensor {name!r}: layer wants {want}, checkpoint is {tensor.dtype}"
-                    )
-                tensors[name] = tensor.view(want)
+            fitted[name] = tensor.view(want)
+    return fitted
+
+
+def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLayer:
+    """Build, load and transform the layer. Raises Unsupported, or whatever humming raises."""
+    weight_config, tensors = checkpoint_tensors(case, weights)
+    with torch.cuda.device(device):
+        layer = new_layer(case, weight_config)
+        tensors = fit_tensors(layer.state_dict(), tensors, weight_config["quant_method"])
         layer.load_from_tensors(tensors)
         layer = layer.to(device)
         layer.transform()

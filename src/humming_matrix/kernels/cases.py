@@ -21,6 +21,9 @@ from humming_matrix.errors import UsageError
 class WeightScheme(str, Enum):
     MXFP4 = "mxfp4"  # e2m1 values, e8m0 scale per 32 along K
     GPTQ_INT4_G128 = "gptq-int4-g128"  # uint4 with implicit zero 8, bf16 scale per 128 along K
+    # e4m3 values, one float32 scale per 128 x 128 block (block FP8: "fp8" with
+    # weight_block_size [128, 128]); humming keeps the scales in bf16.
+    FP8_BLOCK = "fp8-block"
 
 
 class Activation(str, Enum):
@@ -73,6 +76,7 @@ class KernelCase:
 
     @property
     def group_size(self) -> int:
+        """Weights per scale along K (FP8 blocks also span 128 output rows)."""
         return 32 if self.scheme is WeightScheme.MXFP4 else 128
 
     def weight_key(self) -> str:

@@ -37,6 +37,21 @@ E2M1_VALUES = np.array(
 )
 E8M0_BIAS = 127
 GPTQ_ZERO = 8
+FP8_BLOCK = 128  # rows and columns per block scale of block FP8
+
+
+def _e4m3fn_values() -> npt.NDArray[np.float32]:
+    """The float8 e4m3fn value of every byte (bias 7, subnormals, 0x7F and 0xFF NaN)."""
+    bits = np.arange(256)
+    sign = np.where(bits & 0x80, -1.0, 1.0)
+    exponent, mantissa = (bits >> 3) & 0xF, bits & 0x7
+    normal = (1.0 + mantissa / 8.0) * np.exp2(exponent - 7.0)
+    value = np.where(exponent == 0, mantissa / 8.0 * 2.0**-6, normal)
+    value = np.where((bits & 0x7F) == 0x7F, np.nan, value)
+    return (sign * value).astype(np.float32)
+
+
+E4M3FN_VALUES = _e4m3fn_values()
 
 # Frequencies of |code| 0..7 for a Gaussian quantised to e2m1 with the group maximum at 6.
 _E2M1_MAGNITUDE_WEIGHTS = (10, 14, 14, 12, 10, 14, 8, 3)
@@ -64,7 +79,16 @@ class GptqWeights:
     scales: F32
 
 
-Weights = Mxfp4Weights | GptqWeights
+@dataclass(frozen=True)
+class Fp8BlockWeights:
+    """codes: (E?, N, K) uint8 float8 e4m3fn bytes (no NaN); scales: (E?, N/128, K/128) float32
+    (bf16 values: humming converts the block scales to bf16)."""
+
+    codes: U8
+    scales: F32
+
+
+Weights = Mxfp4Weights | GptqWeights | Fp8BlockWeights
 
 
 @dataclass(frozen=True)
@@ -119,8 +143,37 @@ def _wide(
     return np.clip(out, low, high).astype(np.int32)
 
 
+def _fp8_block(case: KernelCase, rng: np.random.Generator) -> Fp8BlockWeights:
+    """Block FP8 as a checkpoint writer makes it: each 128 x 128 block scaled so that its
+    largest value is near 448, rows within a block still spread (shards, row spread, outlier
+    rows, as the other schemes), codes the e4m3 rounding of a Gaussian."""
+    experts = max(case.num_experts, 1)
+    n, k, b = case.shape_n, case.shape_k, FP8_BLOCK
+    rows = _row_exponents(case, rng, base=0).astype(np.float64)
+    rows -= rows.reshape(experts, n // b, b).max(axis=-1).repeat(b, axis=-1)  # <= 0 in a block
+    values = rng.standard_normal((experts, n, k)) * 110.0 * np.exp2(rows)[:, :, None]
+    positive = E4M3FN_VALUES[:127].astype(np.float64)  # increasing: bytes 0x00 .. 0x7E
+    magnitude = np.minimum(np.abs(values), 448.0)
+    upper = np.clip(np.searchsorted(positive, magnitude), 1, 126)
+    nearer_lower = magnitude - positive[upper - 1] <= positive[upper] - magnitude
+    code = np.where(nearer_lower, upper - 1, upper).astype(np.uint8)
+    codes = (code | np.where(values < 0, 0x80, 0).astype(np.uint8)).astype(np.uint8)
+    shape = (experts, n // b, k // b)
+    if case.weights is WeightDist.WIDE_SCALES:
+        exps = _wide(rng, shape, -30, 10).astype(np.float64)
+    else:
+        block_rows = _row_exponents(case, rng, base=-12)[:, ::b].astype(np.float64)
+        exps = block_rows[:, :, None] + rng.integers(-1, 2, shape)
+    scales = bf16_round((1.0 + rng.random(shape)) * np.exp2(exps))
+    if case.kind is GemmKind.DENSE:
+        return Fp8BlockWeights(codes=codes[0], scales=scales[0])
+    return Fp8BlockWeights(codes=codes, scales=scales)
+
+
 def make_weights(case: KernelCase, seed: int) -> Weights:
     rng = np.random.default_rng([seed, 0x57])
+    if case.scheme is WeightScheme.FP8_BLOCK:
+        return _fp8_block(case, rng)
     experts = max(case.num_experts, 1)
     n, k, g = case.shape_n, case.shape_k, case.group_size
     wide = case.weights is WeightDist.WIDE_SCALES

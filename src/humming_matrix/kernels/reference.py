@@ -21,8 +21,11 @@ from packaging.version import Version
 
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
+    E4M3FN_VALUES,
     E8M0_BIAS,
+    FP8_BLOCK,
     GPTQ_ZERO,
+    Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
     Weights,
@@ -46,6 +49,10 @@ def dequantize(weights: Weights) -> F32:
         scale = np.exp2(weights.scales.astype(np.float32) - E8M0_BIAS)
         out: F32 = (values * np.repeat(scale, group, axis=-1)).astype(np.float32)
         return out
+    if isinstance(weights, Fp8BlockWeights):
+        scale = np.repeat(np.repeat(weights.scales, FP8_BLOCK, axis=-2), FP8_BLOCK, axis=-1)
+        blocks: F32 = (E4M3FN_VALUES[weights.codes] * scale).astype(np.float32)
+        return blocks
     assert isinstance(weights, GptqWeights)
     group = weights.codes.shape[-1] // weights.scales.shape[-1]
     ints = weights.codes.astype(np.float32) - GPTQ_ZERO

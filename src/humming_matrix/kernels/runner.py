@@ -37,8 +37,11 @@ from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, Weigh
 from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
+    E4M3FN_VALUES,
     E8M0_BIAS,
+    FP8_BLOCK,
     GPTQ_ZERO,
+    Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
     Weights,
@@ -184,9 +187,12 @@ def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights
     path = cache_dir / f"weights-{case.weight_key()}-{seed}.npz"
     if path.is_file():
         with np.load(path) as data:
-            if case.scheme is WeightScheme.MXFP4:
-                return Mxfp4Weights(codes=data["codes"], scales=data["scales"])
-            return GptqWeights(codes=data["codes"], scales=data["scales"])
+            codes, scales = data["codes"], data["scales"]
+        if case.scheme is WeightScheme.MXFP4:
+            return Mxfp4Weights(codes=codes, scales=scales)
+        if case.scheme is WeightScheme.FP8_BLOCK:
+            return Fp8BlockWeights(codes=codes, scales=scales)
+        return GptqWeights(codes=codes, scales=scales)
     weights = make_weights(case, seed)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
@@ -229,6 +235,7 @@ class _Checkpoint:
         import torch
 
         self.mxfp4 = isinstance(weights, Mxfp4Weights)
+        self.fp8_block = isinstance(weights, Fp8BlockWeights)
         self.codes = torch.from_numpy(weights.codes).cuda()
         self.scales = torch.from_numpy(weights.scales).cuda()
         self.experts = self.codes.shape[0] if self.codes.dim() == 3 else None
@@ -240,6 +247,10 @@ class _Checkpoint:
         codes = self.codes if expert is None else self.codes[expert]
         scales = self.scales if expert is None else self.scales[expert]
         group = codes.shape[-1] // scales.shape[-1]
+        if self.fp8_block:
+            lut = torch.from_numpy(E4M3FN_VALUES).to(codes.device)
+            block = scales.repeat_interleave(FP8_BLOCK, dim=-2).repeat_interleave(group, dim=-1)
+            return lut[codes.int()] * block
         if self.mxfp4:
             lut = torch.from_numpy(E2M1_VALUES).to(codes.device)
             return lut[codes.int()] * torch.exp2(scales.float() - E8M0_BIAS).repeat_interleave(
@@ -306,6 +317,8 @@ def _weight_bytes_per_expert(case: KernelCase) -> int:
     n, k = case.shape_n, case.shape_k
     if case.scheme is WeightScheme.MXFP4:
         return n * k // 2 + n * k // 32
+    if case.scheme is WeightScheme.FP8_BLOCK:
+        return n * k + (n // 128) * (k // 128) * 4
     return n * k // 2 + n * (k // 128) * 2
 
 
