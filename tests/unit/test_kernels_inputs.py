@@ -19,6 +19,7 @@ from humming_matrix.kernels.cases import (
 from humming_matrix.kernels.inputs import (
     E4M3FN_VALUES,
     E8M0_BIAS,
+    ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
@@ -153,6 +154,30 @@ def test_block_fp8_weights_are_e4m3_bytes_with_bf16_block_scales_and_full_blocks
     assert (binades.min(), binades.max()) == (-30.0, 10.0)
 
 
+@pytest.mark.parametrize(
+    ("scheme", "top"), [(WeightScheme.FP8_CHANNEL, 448.0), (WeightScheme.INT8_CHANNEL, 127.0)]
+)
+def test_per_channel_weights_fill_each_row_and_carry_row_magnitudes_in_bf16_scales(
+    scheme: WeightScheme, top: float
+) -> None:
+    w = make_weights(replace(SMALL_DENSE, name="channel-small", scheme=scheme), 0)
+    assert isinstance(w, ChannelWeights)
+    assert w.fp8 is (scheme is WeightScheme.FP8_CHANNEL)
+    assert w.codes.shape == (384, 256)
+    assert w.scales.shape == (384,)
+    values = w.values()
+    # Every row reaches the top of the format; no NaN byte, no int8 -128.
+    assert np.abs(values).max(axis=1).tolist() == [top] * 384
+    assert not np.isnan(values).any()
+    assert values.min() >= -top
+    assert np.array_equal(bf16_round(w.scales), w.scales)
+    # The q, k and v shards' scales sit one binade apart (+-0.5 for the row spread).
+    row = np.log2(w.scales)
+    q, k, v = row[:256].mean(), row[256:320].mean(), row[320:].mean()
+    assert q - k == pytest.approx(1.0, abs=0.5)
+    assert k - v == pytest.approx(1.0, abs=0.5)
+
+
 def test_activations_are_bf16_with_outlier_channels() -> None:
     x = make_activations(64, 2048, seed=3)
     assert np.array_equal(bf16_round(x), x)
@@ -189,7 +214,7 @@ def test_select_cases_and_batch_sizes() -> None:
         "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8",
         "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales",
     ]
-    assert len(select_cases(None, SUITE)) == 48
+    assert len(select_cases(None, SUITE)) == 78
     with pytest.raises(UsageError) as no_case:
         select_cases(["nothing*"], SUITE)
     assert str(no_case.value) == (

@@ -62,8 +62,8 @@ def test_uses_are_derived_from_the_mirrored_lists() -> None:
 def test_suite_is_deduplicated_layers_of_the_built_schemes() -> None:
     cases, skipped = suite_from(USES)
     assert cases == SUITE
-    assert len(SUITE) == 48
-    assert len({c.name for c in SUITE}) == 48
+    assert len(SUITE) == 78
+    assert len({c.name for c in SUITE}) == 78
     by_name = {c.name: c for c in SUITE}
     qkv = by_name["qkv-mxfp4-bf16-5120x2048"]  # Qwen3-30B-A3B: 32 x 128 + 2 x 4 x 128, hidden 2048
     assert (qkv.shape_n, qkv.shape_k, qkv.shards) == (5120, 2048, (4096, 512, 512))

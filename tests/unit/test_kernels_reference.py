@@ -10,6 +10,7 @@ import pytest
 
 from humming_matrix.kernels.assess import channel_bound
 from humming_matrix.kernels.inputs import (
+    ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
@@ -40,6 +41,16 @@ def test_block_fp8_dequantisation_is_the_e4m3_value_times_its_blocks_scale() -> 
     assert w[0, :4].tolist() == [0.5, -0.5, 224.0, 2.0**-10]
     assert w[200, 130] == 0.25
     assert w[0, 4] == 0.0
+
+
+def test_per_channel_dequantisation_is_the_code_value_times_its_rows_scale() -> None:
+    codes = np.array([[0x38, 0xB8], [0x7E, 0x00]], dtype=np.uint8)  # e4m3: 1, -1; 448, 0
+    scales = np.array([0.5, 2.0**-8], dtype=np.float32)
+    fp8 = dequantize(ChannelWeights(codes=codes, scales=scales, fp8=True))
+    assert fp8.tolist() == [[0.5, -0.5], [1.75, 0.0]]
+    ints = np.array([[127, -127], [1, -1]], dtype=np.int8).view(np.uint8)
+    int8 = dequantize(ChannelWeights(codes=ints, scales=scales, fp8=False))
+    assert int8.tolist() == [[63.5, -63.5], [2.0**-8, -(2.0**-8)]]
 
 
 def test_mxfp4_dequantisation_is_code_value_times_power_of_two() -> None:

@@ -27,6 +27,7 @@ import torch
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import (
     FP8_BLOCK,
+    ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
@@ -168,6 +169,23 @@ def checkpoint_tensors(
         return {"quant_method": "fp8", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}, {
             "weight": torch.from_numpy(weights.codes).view(torch.float8_e4m3fn),
             "weight_scale_inv": torch.from_numpy(weights.scales),
+        }
+    if isinstance(weights, ChannelWeights):
+        # compressed-tensors, strategy "channel": FP8W8 ("float-quantized") and w8a8
+        # ("int-quantized") checkpoints; the bf16 scale is (N, 1).
+        kind = "float" if weights.fp8 else "int"
+        config = {
+            "quant_method": "compressed-tensors",
+            "format": f"{kind}-quantized",
+            "type": kind,
+            "num_bits": 8,
+            "strategy": "channel",
+            "symmetric": True,
+        }
+        codes = torch.from_numpy(weights.codes)
+        return config, {
+            "weight": codes.view(torch.float8_e4m3fn if weights.fp8 else torch.int8),
+            "weight_scale": torch.from_numpy(weights.scales[..., None]).to(torch.bfloat16),
         }
     assert isinstance(weights, GptqWeights)
     n, k = weights.codes.shape[-2:]

@@ -24,6 +24,17 @@ class WeightScheme(str, Enum):
     # e4m3 values, one float32 scale per 128 x 128 block (block FP8: "fp8" with
     # weight_block_size [128, 128]); humming keeps the scales in bf16.
     FP8_BLOCK = "fp8-block"
+    # 8-bit values, one bf16 scale per output channel (compressed-tensors, strategy "channel"):
+    # e4m3 ("float-quantized", FP8W8 checkpoints) or int8 ("int-quantized", w8a8 checkpoints).
+    FP8_CHANNEL = "fp8-channel"
+    INT8_CHANNEL = "int8-w8a8"
+
+    @property
+    def group_size(self) -> int:
+        """Weights per scale along K (per-channel schemes: the whole row, returned as 1)."""
+        return {WeightScheme.MXFP4: 32, WeightScheme.GPTQ_INT4_G128: 128}.get(
+            self, 128 if self is WeightScheme.FP8_BLOCK else 1
+        )
 
 
 class Activation(str, Enum):
@@ -77,7 +88,7 @@ class KernelCase:
     @property
     def group_size(self) -> int:
         """Weights per scale along K (FP8 blocks also span 128 output rows)."""
-        return 32 if self.scheme is WeightScheme.MXFP4 else 128
+        return self.scheme.group_size
 
     def weight_key(self) -> str:
         """Cases that differ only in activation type share the same weights."""

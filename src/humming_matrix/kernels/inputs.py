@@ -88,7 +88,25 @@ class Fp8BlockWeights:
     scales: F32
 
 
-Weights = Mxfp4Weights | GptqWeights | Fp8BlockWeights
+@dataclass(frozen=True)
+class ChannelWeights:
+    """codes: (E?, N, K) uint8: float8 e4m3fn bytes (`fp8`) or int8 two's complement bytes;
+    scales: (E?, N) float32 (bf16 values), one per output channel."""
+
+    codes: U8
+    scales: F32
+    fp8: bool
+
+    def values(self) -> F32:
+        """The codes' values (before the channel scale)."""
+        if self.fp8:
+            fp8_values: F32 = E4M3FN_VALUES[self.codes]
+            return fp8_values
+        ints: F32 = self.codes.view(np.int8).astype(np.float32)
+        return ints
+
+
+Weights = Mxfp4Weights | GptqWeights | Fp8BlockWeights | ChannelWeights
 
 
 @dataclass(frozen=True)
@@ -152,12 +170,7 @@ def _fp8_block(case: KernelCase, rng: np.random.Generator) -> Fp8BlockWeights:
     rows = _row_exponents(case, rng, base=0).astype(np.float64)
     rows -= rows.reshape(experts, n // b, b).max(axis=-1).repeat(b, axis=-1)  # <= 0 in a block
     values = rng.standard_normal((experts, n, k)) * 110.0 * np.exp2(rows)[:, :, None]
-    positive = E4M3FN_VALUES[:127].astype(np.float64)  # increasing: bytes 0x00 .. 0x7E
-    magnitude = np.minimum(np.abs(values), 448.0)
-    upper = np.clip(np.searchsorted(positive, magnitude), 1, 126)
-    nearer_lower = magnitude - positive[upper - 1] <= positive[upper] - magnitude
-    code = np.where(nearer_lower, upper - 1, upper).astype(np.uint8)
-    codes = (code | np.where(values < 0, 0x80, 0).astype(np.uint8)).astype(np.uint8)
+    codes = _e4m3_bytes(values)
     shape = (experts, n // b, k // b)
     if case.weights is WeightDist.WIDE_SCALES:
         exps = _wide(rng, shape, -30, 10).astype(np.float64)
@@ -170,10 +183,44 @@ def _fp8_block(case: KernelCase, rng: np.random.Generator) -> Fp8BlockWeights:
     return Fp8BlockWeights(codes=codes, scales=scales)
 
 
+def _e4m3_bytes(values: npt.NDArray[np.float64]) -> U8:
+    """The nearest e4m3fn byte of each value (saturating at 448)."""
+    positive = E4M3FN_VALUES[:127].astype(np.float64)  # increasing: bytes 0x00 .. 0x7E
+    magnitude = np.minimum(np.abs(values), 448.0)
+    upper = np.clip(np.searchsorted(positive, magnitude), 1, 126)
+    nearer_lower = magnitude - positive[upper - 1] <= positive[upper] - magnitude
+    code = np.where(nearer_lower, upper - 1, upper).astype(np.uint8)
+    signed: U8 = (code | np.where(values < 0, 0x80, 0).astype(np.uint8)).astype(np.uint8)
+    return signed
+
+
+def _channel(case: KernelCase, rng: np.random.Generator) -> ChannelWeights:
+    """Per-channel 8-bit weights as a checkpoint writer makes them: every row's largest value at
+    the top of the format (448 or 127), the rows' magnitudes (shards, spread, outlier rows) in
+    their bf16 scales."""
+    experts = max(case.num_experts, 1)
+    n, k = case.shape_n, case.shape_k
+    fp8 = case.scheme is WeightScheme.FP8_CHANNEL
+    top = 448.0 if fp8 else 127.0
+    gauss = rng.standard_normal((experts, n, k))
+    values = gauss * (top / np.abs(gauss).max(axis=-1, keepdims=True))
+    codes = _e4m3_bytes(values) if fp8 else np.rint(values).astype(np.int8).view(np.uint8)
+    if case.weights is WeightDist.WIDE_SCALES:
+        exps = _wide(rng, (experts, n, 1), -30, 10)[..., 0].astype(np.float64)
+    else:
+        exps = _row_exponents(case, rng, base=-13 if fp8 else -10).astype(np.float64)
+    scales = bf16_round((1.0 + rng.random((experts, n))) * np.exp2(exps))
+    if case.kind is GemmKind.DENSE:
+        return ChannelWeights(codes=codes[0], scales=scales[0], fp8=fp8)
+    return ChannelWeights(codes=codes, scales=scales, fp8=fp8)
+
+
 def make_weights(case: KernelCase, seed: int) -> Weights:
     rng = np.random.default_rng([seed, 0x57])
     if case.scheme is WeightScheme.FP8_BLOCK:
         return _fp8_block(case, rng)
+    if case.scheme in (WeightScheme.FP8_CHANNEL, WeightScheme.INT8_CHANNEL):
+        return _channel(case, rng)
     experts = max(case.num_experts, 1)
     n, k, g = case.shape_n, case.shape_k, case.group_size
     wide = case.weights is WeightDist.WIDE_SCALES

@@ -387,7 +387,7 @@ def suite_from(uses: Iterable[Use]) -> tuple[tuple[KernelCase, ...], tuple[NotCo
         if use.kind is GemmKind.MOE:
             dists.append(WeightDist.WIDE_SCALES)
         for layer, n, k, shards in arch.layers(use.kind):
-            if k % (32 if scheme is WeightScheme.MXFP4 else 128):
+            if k % scheme.group_size:
                 skipped.extend(
                     NotCovered(c, f"{use.arch} {layer}: K={k} is not a whole number of groups")
                     for c in use.configs

@@ -25,6 +25,7 @@ from humming_matrix.kernels.inputs import (
     E8M0_BIAS,
     FP8_BLOCK,
     GPTQ_ZERO,
+    ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
@@ -49,6 +50,9 @@ def dequantize(weights: Weights) -> F32:
         scale = np.exp2(weights.scales.astype(np.float32) - E8M0_BIAS)
         out: F32 = (values * np.repeat(scale, group, axis=-1)).astype(np.float32)
         return out
+    if isinstance(weights, ChannelWeights):
+        per_channel: F32 = (weights.values() * weights.scales[..., None]).astype(np.float32)
+        return per_channel
     if isinstance(weights, Fp8BlockWeights):
         scale = np.repeat(np.repeat(weights.scales, FP8_BLOCK, axis=-2), FP8_BLOCK, axis=-1)
         blocks: F32 = (E4M3FN_VALUES[weights.codes] * scale).astype(np.float32)

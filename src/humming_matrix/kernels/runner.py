@@ -41,6 +41,7 @@ from humming_matrix.kernels.inputs import (
     E8M0_BIAS,
     FP8_BLOCK,
     GPTQ_ZERO,
+    ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
     Mxfp4Weights,
@@ -192,6 +193,9 @@ def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights
             return Mxfp4Weights(codes=codes, scales=scales)
         if case.scheme is WeightScheme.FP8_BLOCK:
             return Fp8BlockWeights(codes=codes, scales=scales)
+        if case.scheme in (WeightScheme.FP8_CHANNEL, WeightScheme.INT8_CHANNEL):
+            fp8 = case.scheme is WeightScheme.FP8_CHANNEL
+            return ChannelWeights(codes=codes, scales=scales, fp8=fp8)
         return GptqWeights(codes=codes, scales=scales)
     weights = make_weights(case, seed)
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -236,6 +240,7 @@ class _Checkpoint:
 
         self.mxfp4 = isinstance(weights, Mxfp4Weights)
         self.fp8_block = isinstance(weights, Fp8BlockWeights)
+        self.channel = weights.fp8 if isinstance(weights, ChannelWeights) else None
         self.codes = torch.from_numpy(weights.codes).cuda()
         self.scales = torch.from_numpy(weights.scales).cuda()
         self.experts = self.codes.shape[0] if self.codes.dim() == 3 else None
@@ -246,6 +251,12 @@ class _Checkpoint:
 
         codes = self.codes if expert is None else self.codes[expert]
         scales = self.scales if expert is None else self.scales[expert]
+        if self.channel is not None:  # one scale per output row
+            if self.channel:  # e4m3 bytes
+                values = torch.from_numpy(E4M3FN_VALUES).to(codes.device)[codes.int()]
+            else:
+                values = codes.view(torch.int8).float()
+            return values * scales[..., None]
         group = codes.shape[-1] // scales.shape[-1]
         if self.fp8_block:
             lut = torch.from_numpy(E4M3FN_VALUES).to(codes.device)
@@ -319,6 +330,8 @@ def _weight_bytes_per_expert(case: KernelCase) -> int:
         return n * k // 2 + n * k // 32
     if case.scheme is WeightScheme.FP8_BLOCK:
         return n * k + (n // 128) * (k // 128) * 4
+    if case.scheme in (WeightScheme.FP8_CHANNEL, WeightScheme.INT8_CHANNEL):
+        return n * k + n * 2
     return n * k // 2 + n * (k // 128) * 2
 
 
