@@ -54,6 +54,7 @@ FP8_BLOCK = replace(DENSE, name="fp8-block-small", scheme=WeightScheme.FP8_BLOCK
 FP8_BLOCK_MOE = replace(MOE, name="moe-fp8-block-small", scheme=WeightScheme.FP8_BLOCK)
 FP8_CHANNEL = replace(DENSE, name="fp8-channel-small", scheme=WeightScheme.FP8_CHANNEL)
 INT8_CHANNEL_MOE = replace(MOE, name="moe-int8-w8a8-small", scheme=WeightScheme.INT8_CHANNEL)
+AWQ_MOE = replace(MOE, name="moe-awq-small", scheme=WeightScheme.AWQ_INT4_G128)
 GPTQ_MOE_INT8 = replace(
     MOE, name="moe-gptq-int8-small", scheme=WeightScheme.GPTQ_INT4_G128, activation=Activation.INT8
 )
@@ -61,7 +62,7 @@ GPTQ_MOE_INT8 = replace(
 
 @pytest.mark.parametrize(
     "case",
-    [DENSE, MOE, GPTQ, FP8_BLOCK, FP8_BLOCK_MOE, FP8_CHANNEL, INT8_CHANNEL_MOE],
+    [DENSE, MOE, GPTQ, FP8_BLOCK, FP8_BLOCK_MOE, FP8_CHANNEL, INT8_CHANNEL_MOE, AWQ_MOE],
     ids=lambda c: c.name,
 )
 def test_gpu_dequantisation_equals_the_numpy_reference(case: KernelCase) -> None:
@@ -122,6 +123,7 @@ def test_gpu_rel_err_equals_the_numpy_measure(torch: Any) -> None:
         replace(FP8_BLOCK_MOE, name="moe-fp8-block-fp8-small", activation=Activation.FP8_E4M3),
         FP8_CHANNEL,
         replace(INT8_CHANNEL_MOE, name="moe-int8-w8a8-int8-small", activation=Activation.INT8),
+        AWQ_MOE,
     ],
     ids=lambda c: c.name,
 )

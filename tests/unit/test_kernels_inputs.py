@@ -19,6 +19,7 @@ from humming_matrix.kernels.cases import (
 from humming_matrix.kernels.inputs import (
     E4M3FN_VALUES,
     E8M0_BIAS,
+    AwqWeights,
     ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
@@ -30,6 +31,7 @@ from humming_matrix.kernels.inputs import (
     make_routing,
     make_weights,
     moe_align,
+    pack_awq,
     pack_gptq_qweight,
     pack_mxfp4,
 )
@@ -178,6 +180,25 @@ def test_per_channel_weights_fill_each_row_and_carry_row_magnitudes_in_bf16_scal
     assert k - v == pytest.approx(1.0, abs=0.5)
 
 
+def test_pack_awq_puts_column_8j_plus_order_p_in_nibble_p() -> None:
+    codes = np.zeros((16, 1), dtype=np.uint8)  # N = 16 columns, K = 1
+    codes[:, 0] = np.arange(16) % 16
+    words = pack_awq(codes).view(np.uint32)
+    assert words.shape == (1, 2)
+    # Word 0 holds columns 0, 2, 4, 6, 1, 3, 5, 7 from the lowest nibble up.
+    assert hex(int(words[0, 0])) == "0x75316420"
+    assert hex(int(words[0, 1])) == "0xfdb9eca8"
+
+
+def test_awq_weights_spread_codes_around_each_groups_zero() -> None:
+    w = make_weights(replace(SMALL_GPTQ, name="awq-small", scheme=WeightScheme.AWQ_INT4_G128), 0)
+    assert isinstance(w, AwqWeights)
+    assert (w.codes.shape, w.zeros.shape, w.scales.shape) == ((384, 256), (384, 2), (384, 2))
+    assert (int(w.zeros.min()), int(w.zeros.max())) == (5, 10)
+    assert (int(w.codes.min()), int(w.codes.max())) == (0, 15)
+    assert np.array_equal(bf16_round(w.scales), w.scales)
+
+
 def test_activations_are_bf16_with_outlier_channels() -> None:
     x = make_activations(64, 2048, seed=3)
     assert np.array_equal(bf16_round(x), x)
@@ -214,7 +235,7 @@ def test_select_cases_and_batch_sizes() -> None:
         "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8",
         "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales",
     ]
-    assert len(select_cases(None, SUITE)) == 78
+    assert len(select_cases(None, SUITE)) == 84
     with pytest.raises(UsageError) as no_case:
         select_cases(["nothing*"], SUITE)
     assert str(no_case.value) == (

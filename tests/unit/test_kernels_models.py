@@ -62,8 +62,8 @@ def test_uses_are_derived_from_the_mirrored_lists() -> None:
 def test_suite_is_deduplicated_layers_of_the_built_schemes() -> None:
     cases, skipped = suite_from(USES)
     assert cases == SUITE
-    assert len(SUITE) == 78
-    assert len({c.name for c in SUITE}) == 78
+    assert len(SUITE) == 84
+    assert len({c.name for c in SUITE}) == 84
     by_name = {c.name: c for c in SUITE}
     qkv = by_name["qkv-mxfp4-bf16-5120x2048"]  # Qwen3-30B-A3B: 32 x 128 + 2 x 4 x 128, hidden 2048
     assert (qkv.shape_n, qkv.shape_k, qkv.shards) == (5120, 2048, (4096, 512, 512))
@@ -86,8 +86,8 @@ def test_suite_is_deduplicated_layers_of_the_built_schemes() -> None:
     ]
     # Every config not turned into a case says why.
     reasons = {s.reason for s in skipped}
-    awq = "qwen3-30b-a3b: weight scheme awq-int4 has no checkpoint writer in the adapter"
-    assert awq in reasons
+    nvfp4 = "qwen3-30b-a3b: weight scheme nvfp4 has no checkpoint writer in the adapter"
+    assert nvfp4 in reasons
     assert any(r.startswith("qwen3.5-4b: layer shapes not verified") for r in reasons)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from humming_matrix.kernels.assess import channel_bound
 from humming_matrix.kernels.inputs import (
+    AwqWeights,
     ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
@@ -51,6 +52,18 @@ def test_per_channel_dequantisation_is_the_code_value_times_its_rows_scale() -> 
     ints = np.array([[127, -127], [1, -1]], dtype=np.int8).view(np.uint8)
     int8 = dequantize(ChannelWeights(codes=ints, scales=scales, fp8=False))
     assert int8.tolist() == [[63.5, -63.5], [2.0**-8, -(2.0**-8)]]
+
+
+def test_awq_dequantisation_subtracts_the_groups_zero_then_scales() -> None:
+    codes = np.zeros((1, 256), dtype=np.uint8)
+    codes[0, :3] = [15, 0, 7]
+    codes[0, 128] = 3  # second group
+    zeros = np.array([[7, 2]], dtype=np.uint8)
+    scales = np.array([[0.5, 4.0]], dtype=np.float32)
+    w = dequantize(AwqWeights(codes=codes, zeros=zeros, scales=scales))
+    assert w[0, :3].tolist() == [4.0, -3.5, 0.0]
+    assert w[0, 128] == 4.0
+    assert w[0, 129] == -8.0
 
 
 def test_mxfp4_dequantisation_is_code_value_times_power_of_two() -> None:

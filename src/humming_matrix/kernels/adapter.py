@@ -27,6 +27,7 @@ import torch
 from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import (
     FP8_BLOCK,
+    AwqWeights,
     ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
@@ -34,6 +35,7 @@ from humming_matrix.kernels.inputs import (
     Weights,
     gptq_qzeros,
     moe_align,
+    pack_awq,
     pack_gptq_qweight,
     pack_mxfp4,
 )
@@ -169,6 +171,15 @@ def checkpoint_tensors(
         return {"quant_method": "fp8", "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}, {
             "weight": torch.from_numpy(weights.codes).view(torch.float8_e4m3fn),
             "weight_scale_inv": torch.from_numpy(weights.scales),
+        }
+    if isinstance(weights, AwqWeights):
+        g = case.group_size
+        config = {"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": True}
+        scales = np.ascontiguousarray(np.swapaxes(weights.scales, -1, -2))
+        return config, {
+            "qweight": torch.from_numpy(pack_awq(weights.codes)),
+            "scales": torch.from_numpy(scales).to(torch.bfloat16),
+            "qzeros": torch.from_numpy(pack_awq(weights.zeros)),
         }
     if isinstance(weights, ChannelWeights):
         # compressed-tensors, strategy "channel": FP8W8 ("float-quantized") and w8a8

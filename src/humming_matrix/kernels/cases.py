@@ -28,13 +28,16 @@ class WeightScheme(str, Enum):
     # e4m3 ("float-quantized", FP8W8 checkpoints) or int8 ("int-quantized", w8a8 checkpoints).
     FP8_CHANNEL = "fp8-channel"
     INT8_CHANNEL = "int8-w8a8"
+    # uint4 with a 4-bit zero point and a bf16 scale per 128 along K (AutoAWQ's GEMM layout).
+    AWQ_INT4_G128 = "awq-int4"
 
     @property
     def group_size(self) -> int:
         """Weights per scale along K (per-channel schemes: the whole row, returned as 1)."""
-        return {WeightScheme.MXFP4: 32, WeightScheme.GPTQ_INT4_G128: 128}.get(
-            self, 128 if self is WeightScheme.FP8_BLOCK else 1
-        )
+        if self is WeightScheme.MXFP4:
+            return 32
+        grouped = (WeightScheme.GPTQ_INT4_G128, WeightScheme.AWQ_INT4_G128, WeightScheme.FP8_BLOCK)
+        return 128 if self in grouped else 1
 
 
 class Activation(str, Enum):

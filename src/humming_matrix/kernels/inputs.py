@@ -106,7 +106,21 @@ class ChannelWeights:
         return ints
 
 
-Weights = Mxfp4Weights | GptqWeights | Fp8BlockWeights | ChannelWeights
+@dataclass(frozen=True)
+class AwqWeights:
+    """codes: (E?, N, K) uint8 in 0..15; zeros: (E?, N, K/128) uint8 in 0..15, the group's zero
+    point; scales: (E?, N, K/128) float32 (bf16 values). Value = (code - zero) * scale."""
+
+    codes: U8
+    zeros: U8
+    scales: F32
+
+
+Weights = Mxfp4Weights | GptqWeights | Fp8BlockWeights | ChannelWeights | AwqWeights
+
+# AutoAWQ's GEMM packing: nibble p (lowest first) of a qweight/qzeros word holds the column
+# 8 j + AWQ_ORDER[p]; humming's awq schema undoes it with the inverse [0, 4, 1, 5, 2, 6, 3, 7].
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 
 
 @dataclass(frozen=True)
@@ -215,8 +229,44 @@ def _channel(case: KernelCase, rng: np.random.Generator) -> ChannelWeights:
     return ChannelWeights(codes=codes, scales=scales, fp8=fp8)
 
 
+def _awq(case: KernelCase, rng: np.random.Generator) -> AwqWeights:
+    """Asymmetric int4 as AutoAWQ writes it: per group a zero point (5 .. 10: groups whose values
+    lean one way) and codes spread around it over the whole 0 .. 15, bf16 scales with the rows'
+    magnitudes (shards, spread, outliers)."""
+    experts = max(case.num_experts, 1)
+    n, k, g = case.shape_n, case.shape_k, case.group_size
+    zeros = rng.integers(5, 11, (experts, n, k // g)).astype(np.uint8)
+    offsets = _lut(_GPTQ_CODE_WEIGHTS)[rng.integers(0, 256, (experts, n, k), np.uint8)]
+    centred = offsets.astype(np.int16) - GPTQ_ZERO + np.repeat(zeros, g, axis=-1)
+    codes = np.clip(centred, 0, 15).astype(np.uint8)
+    mantissa = 1.0 + rng.random((experts, n, k // g))
+    if case.weights is WeightDist.WIDE_SCALES:
+        exps = _wide(rng, (experts, n, k // g), -30, 10).astype(np.float64)
+    else:
+        exps = _row_exponents(case, rng, base=-10)[:, :, None].astype(np.float64)
+    scales = bf16_round((mantissa * np.exp2(exps)).astype(np.float32))
+    if case.kind is GemmKind.DENSE:
+        return AwqWeights(codes=codes[0], zeros=zeros[0], scales=scales[0])
+    return AwqWeights(codes=codes, zeros=zeros, scales=scales)
+
+
+def pack_awq(codes: U8) -> I32:
+    """AutoAWQ `qweight` / `qzeros` words from (E?, N, X) 4-bit values: (E?, X, N/8) int32,
+    eight output columns per word in `AWQ_ORDER`, lowest bits first."""
+    if codes.ndim == 3:
+        return np.stack([pack_awq(c) for c in codes])
+    n, x = codes.shape
+    by_n = codes.T.astype(np.uint32).reshape(x, n // 8, 8)[:, :, list(AWQ_ORDER)]
+    shifts = (np.arange(8, dtype=np.uint32) * 4)[None, None, :]
+    words = np.bitwise_or.reduce(by_n << shifts, axis=-1)
+    out: I32 = words.astype(np.uint32).view(np.int32)
+    return out
+
+
 def make_weights(case: KernelCase, seed: int) -> Weights:
     rng = np.random.default_rng([seed, 0x57])
+    if case.scheme is WeightScheme.AWQ_INT4_G128:
+        return _awq(case, rng)
     if case.scheme is WeightScheme.FP8_BLOCK:
         return _fp8_block(case, rng)
     if case.scheme in (WeightScheme.FP8_CHANNEL, WeightScheme.INT8_CHANNEL):

@@ -25,6 +25,7 @@ from humming_matrix.kernels.inputs import (
     E8M0_BIAS,
     FP8_BLOCK,
     GPTQ_ZERO,
+    AwqWeights,
     ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
@@ -50,6 +51,12 @@ def dequantize(weights: Weights) -> F32:
         scale = np.exp2(weights.scales.astype(np.float32) - E8M0_BIAS)
         out: F32 = (values * np.repeat(scale, group, axis=-1)).astype(np.float32)
         return out
+    if isinstance(weights, AwqWeights):
+        group = weights.codes.shape[-1] // weights.scales.shape[-1]
+        zeros = np.repeat(weights.zeros.astype(np.float32), group, axis=-1)
+        shifted = weights.codes.astype(np.float32) - zeros
+        awq: F32 = (shifted * np.repeat(weights.scales, group, axis=-1)).astype(np.float32)
+        return awq
     if isinstance(weights, ChannelWeights):
         per_channel: F32 = (weights.values() * weights.scales[..., None]).astype(np.float32)
         return per_channel

@@ -41,6 +41,7 @@ from humming_matrix.kernels.inputs import (
     E8M0_BIAS,
     FP8_BLOCK,
     GPTQ_ZERO,
+    AwqWeights,
     ChannelWeights,
     Fp8BlockWeights,
     GptqWeights,
@@ -188,11 +189,14 @@ def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights
     path = cache_dir / f"weights-{case.weight_key()}-{seed}.npz"
     if path.is_file():
         with np.load(path) as data:
-            codes, scales = data["codes"], data["scales"]
+            arrays = {name: data[name] for name in data.files}
+        codes, scales = arrays["codes"], arrays["scales"]
         if case.scheme is WeightScheme.MXFP4:
             return Mxfp4Weights(codes=codes, scales=scales)
         if case.scheme is WeightScheme.FP8_BLOCK:
             return Fp8BlockWeights(codes=codes, scales=scales)
+        if case.scheme is WeightScheme.AWQ_INT4_G128:
+            return AwqWeights(codes=codes, zeros=arrays["zeros"], scales=scales)
         if case.scheme in (WeightScheme.FP8_CHANNEL, WeightScheme.INT8_CHANNEL):
             fp8 = case.scheme is WeightScheme.FP8_CHANNEL
             return ChannelWeights(codes=codes, scales=scales, fp8=fp8)
@@ -200,7 +204,10 @@ def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights
     weights = make_weights(case, seed)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, codes=weights.codes, scales=weights.scales)
+    if isinstance(weights, AwqWeights):
+        np.savez(tmp, codes=weights.codes, scales=weights.scales, zeros=weights.zeros)
+    else:
+        np.savez(tmp, codes=weights.codes, scales=weights.scales)
     os.replace(tmp, path)
     return weights
 
@@ -241,6 +248,8 @@ class _Checkpoint:
         self.mxfp4 = isinstance(weights, Mxfp4Weights)
         self.fp8_block = isinstance(weights, Fp8BlockWeights)
         self.channel = weights.fp8 if isinstance(weights, ChannelWeights) else None
+        zeros = weights.zeros if isinstance(weights, AwqWeights) else None
+        self.zeros = None if zeros is None else torch.from_numpy(zeros).cuda()
         self.codes = torch.from_numpy(weights.codes).cuda()
         self.scales = torch.from_numpy(weights.scales).cuda()
         self.experts = self.codes.shape[0] if self.codes.dim() == 3 else None
@@ -267,6 +276,10 @@ class _Checkpoint:
             return lut[codes.int()] * torch.exp2(scales.float() - E8M0_BIAS).repeat_interleave(
                 group, dim=-1
             )
+        if self.zeros is not None:  # AWQ: the group's own zero point
+            zeros = self.zeros if expert is None else self.zeros[expert]
+            shifted = codes.float() - zeros.float().repeat_interleave(group, dim=-1)
+            return shifted * scales.repeat_interleave(group, dim=-1)
         return (codes.float() - GPTQ_ZERO) * scales.repeat_interleave(group, dim=-1)
 
     def row_norms_sq(self) -> np.ndarray[Any, Any]:
@@ -332,6 +345,8 @@ def _weight_bytes_per_expert(case: KernelCase) -> int:
         return n * k + (n // 128) * (k // 128) * 4
     if case.scheme in (WeightScheme.FP8_CHANNEL, WeightScheme.INT8_CHANNEL):
         return n * k + n * 2
+    if case.scheme is WeightScheme.AWQ_INT4_G128:
+        return n * k // 2 + n * (k // 128) * 2 + n * (k // 128) // 2
     return n * k // 2 + n * (k // 128) * 2
 
 
