@@ -147,7 +147,7 @@ def register(sub: Any) -> None:
         default=DEFAULT_JOBS,
         metavar="N",
         help="cases run by N workers at once (humming's JIT compiles are single-threaded CPU "
-        "work); their GPU launches, references and timing loops take turns "
+        "work); their checks share the GPU, each timing loop has it alone "
         f"(default: min({MAX_DEFAULT_JOBS}, CPU cores) = {DEFAULT_JOBS})",
     )
     p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
@@ -162,7 +162,7 @@ def register(sub: Any) -> None:
         type=Path,
         metavar="FILE",
         help="share the GPU with other `kernels` runs using the same lock file: "
-        "kernel launches, references and timing loops take turns, compiles "
+        "timing loops run alone, checks run beside each other, compiles "
         "and CPU work overlap",
     )
     p.add_argument(

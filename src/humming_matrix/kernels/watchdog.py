@@ -176,7 +176,7 @@ class Watchdog:
     def run(self, plan: dict[str, Any], workdir: Path) -> SuiteRun:
         """Run every case of `plan` (its "cases" list) on up to `jobs` workers at once, `workdir`
         holding plans, events, logs, the case queue and (with several workers and no lock of
-        the caller's) the GPU lock that makes their launches and timing loops take turns."""
+        the caller's) the GPU lock under which their timing loops run alone."""
         workdir.mkdir(parents=True, exist_ok=True)
         if self.jobs > 1 and not plan.get("gpu_lock"):
             plan = dict(plan, gpu_lock=str(workdir / "gpu.lock"))
