@@ -60,6 +60,25 @@ def test_every_case_runs_in_one_worker_when_nothing_goes_wrong(
     assert run.env["humming_kernels"] == "0.0.0-double"
 
 
+def test_a_reused_workdir_reads_none_of_the_earlier_runs_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep reruns a release in the --workdir of an earlier run (one a deadline cut, or one of
+    # a release that could not import humming): none of that run's events count for this one.
+    stale = [
+        {"event": "import_error", "message": "ImportError: an earlier run's"},
+        {"event": "case", "index": 0, "result": {"case": CASES[0], "batches": [], "stale": 1}},
+    ]
+    lines = "".join(json.dumps(e) + "\n" for e in stale)
+    (tmp_path / "events-1.jsonl").write_text(lines, encoding="utf-8")
+    _policy(monkeypatch)
+    run = Watchdog(timeout_s=30, worker=WORKER).run(_plan(), tmp_path)
+    assert run.import_error is None
+    assert [r["case"]["name"] for r in run.results] == NAMES
+    assert [len(r["batches"]) for r in run.results] == [2, 2, 2, 2]
+    assert not any("stale" in r for r in run.results)
+
+
 def test_a_hung_case_is_a_result_and_the_next_case_runs_in_a_fresh_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,55 +1,87 @@
 #!/usr/bin/env bash
 # Run the kernel tier for several humming-kernels releases on a GPU machine with no network.
 #
-#   tools/h200-kernels/sweep.sh WHEELHOUSE DEADLINE_S PARALLEL "0.1.0 0.1.1 ..." [kernels args...]
+#   tools/h200-kernels/sweep.sh WHEELHOUSE DEADLINE_S PARALLEL "0.1.0 0.1.0#2 ..." [kernels args...]
 #
-# WHEELHOUSE holds humming_kernels-*.whl and the pure-Python wheels they need that the machine
-# lacks (pyelftools for <= 0.1.11). Each version is installed with pip --no-index --no-deps
-# --target into its own folder and run against the preinstalled torch, PARALLEL versions at a
-# time (each release with its own HUMMING_CACHE_DIR; timing loops take the GPU alone through one
-# lock, compiles, checks and numpy work overlap; pass `--jobs N` for N workers per release).
-# Records and logs
-# go to $OUT (or ./sweep-out) as one tarball; a version still running at DEADLINE_S is stopped.
+# WHEELHOUSE holds hk/humming_kernels-*.whl and deps/ (the pure-Python wheels the machine lacks:
+# pyelftools for <= 0.1.11, msgspec). Each release is installed once, with pip --no-index --no-deps
+# --target, into its own folder and run against the preinstalled torch, PARALLEL runs at a time
+# (timing loops take the GPU alone through one lock; compiles, checks and numpy work overlap;
+# pass `--jobs N` for N workers per run). "0.1.10#2" is a second, independent run of 0.1.10 in
+# the same call (the A/A pair): it runs from the same folder, so it shares the release's JIT cache.
+#
+# Resumable: state lives in /tmp/kernels-sweep, which a warm device machine keeps between calls.
+# A run that completed is listed in done.txt and skipped by the next call of the same command;
+# a run the deadline cut leaves a partial record and runs again, its compiles already cached.
+#
+# Optional, once per machine (each also listed in done.txt):
+#   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release;
+#   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
+#                            the machine, cold JIT cache (the default screen), as the run "screen".
+# Records and logs go to $OUT (or ./sweep-out) as one tarball; a run still going at DEADLINE_S
+# is stopped (SIGTERM: the CLI saves the finished cases in a record marked incomplete).
 set -u
-wheelhouse=$1; deadline=$2; parallel=$3; versions=$4; shift 4
+wheelhouse=$(cd "$1" && pwd); deadline=$2; parallel=$3; versions=$4; shift 4
 out=${OUT:-$PWD/sweep-out}
 work=/tmp/kernels-sweep
 mkdir -p "$work/deps" "$out" "$work/records"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/deps" \
-    "$wheelhouse"/deps/*.whl >"$work/pip-deps.log" 2>&1 || cat "$work/pip-deps.log"
+touch "$work/done.txt"
 start=$(date +%s)
+[ -e "$work/deps/.installed" ] || {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target "$work/deps" "$wheelhouse"/deps/*.whl >"$work/pip-deps.log" 2>&1 \
+        && touch "$work/deps/.installed" || cat "$work/pip-deps.log"; }
 # Many workers on 16 cores: one CPU thread each for numpy's BLAS and torch (their compiles and
 # checks are what runs in parallel).
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
-run_one() {
-    # "0.1.10#2" is a second run of 0.1.10 (its own folders): run-to-run spread in one call.
-    tag=$1; v=${1%%#*}; shift
-    site="$work/site-${tag//#/-}"
+
+install_release() {
+    # Once per machine: humming's JIT cache key holds the absolute path and mtime of every header
+    # it installed, so a reinstall (or a second folder) would miss every cached kernel.
+    v=$1; site="$work/site-$v"
+    [ -e "$site/.installed" ] && return 0
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-        "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-${tag//#/-}.log" 2>&1 || {
-        echo "$tag: install failed"; cat "$work/pip-${tag//#/-}.log"; return; }
+        "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-$v.log" 2>&1 \
+        && touch "$site/.installed"
+}
+
+kernels() {
+    # kernels VERSION TAG LEFT_S [args...]: the CLI against that release's folder and JIT cache.
+    v=$1; t=$2; left=$3; shift 3
+    HUMMING_CACHE_DIR="$work/jit-$v" PYTHONPATH="$work/site-$v:$work/deps:$PWD/src" \
+        timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
+        --input-cache "$work/inputs" --workdir "$work/work-$t" "$@" >"$work/cli-$t.log" 2>&1
+}
+
+run_one() {
+    tag=$1; v=${1%%#*}; t=${tag//#/-}; shift
+    if grep -qx "$tag" "$work/done.txt"; then echo "$tag: done in an earlier call"; return; fi
+    install_release "$v" || { echo "$tag: install failed"; cat "$work/pip-$v.log"; return; }
     left=$(( deadline - ($(date +%s) - start) ))
     if [ "$left" -lt 20 ]; then echo "$tag: skipped, deadline"; return; fi
-    t=${tag//#/-}
-    # One JIT cache per release: its A/A runs compile each kernel once (humming locks the cache).
-    HUMMING_CACHE_DIR="$work/jit-$v" PYTHONPATH="$site:$work/deps:$PWD/src" \
-        timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
-        --input-cache "$work/inputs" --gpu-lock "$work/gpu.lock" --workdir "$work/work-$t" "$@" \
-        >"$work/cli-$t.log" 2>&1
-    echo "$tag: exit $? after $(( $(date +%s) - start )) s"
+    kernels "$v" "$t" "$left" --gpu-lock "$work/gpu.lock" "$@"
+    rc=$?
+    echo "$tag: exit $rc after $(( $(date +%s) - start )) s"
     tail -n 2 "$work/cli-$t.log"
+    # 0 and 1 are complete records (1: a case out of tolerance); 3 is an interrupted one.
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 1 ]; then echo "$tag" >>"$work/done.txt"; fi
 }
-export -f run_one
+export -f run_one install_release kernels
 export work wheelhouse deadline start
-# Generate the seeded weights once, in parallel (one process per distinct weight set); every
-# version's worker then loads the same bytes from the cache.
-PYTHONPATH="$PWD/src" python3 -c '
-import sys
-from pathlib import Path
+
+# Every 5 s: seconds since start, GPU memory used (MiB), the 1-minute load average, RAM used (MiB).
+( while sleep 5; do
+    echo "$(( $(date +%s) - start )) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null) $(cut -d' ' -f1 /proc/loadavg) $(free -m | awk '/^Mem/ {print $3}')"
+  done ) >>"$work/load.txt" &
+sampler=$!
+
+# The seeded weights once per machine, in parallel (one process per distinct weight set); every
+# release's workers then load the same bytes from the cache. tests/gpu runs beside it: neither
+# times anything.
+if ! grep -qx inputs "$work/done.txt"; then
+    PYTHONPATH="$PWD/src" python3 -c '
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.runner import load_weights
-keys = {c.weight_key(): c for c in SUITE}
-print(" ".join(keys))
+print(" ".join({c.weight_key(): c for c in SUITE}))
 ' | tr ' ' '\n' | xargs -P 8 -I{} env PYTHONPATH="$PWD/src" python3 -c '
 import sys
 from pathlib import Path
@@ -57,15 +89,38 @@ from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.runner import load_weights
 case = next(c for c in SUITE if c.weight_key() == sys.argv[1])
 load_weights(case, 0, Path(sys.argv[2]))
-' {} "$work/inputs"
-echo "inputs ready after $(( $(date +%s) - start )) s"
-# Every 5 s: seconds since start, GPU memory used (MiB), the 1-minute load average.
-( while sleep 5; do
-    echo "$(( $(date +%s) - start )) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null) $(cut -d' ' -f1 /proc/loadavg)"
-  done ) >"$work/load.txt" &
-sampler=$!
+' {} "$work/inputs" &
+    inputs=$!
+fi
+if [ -n "${SWEEP_GPU_TESTS:-}" ] && ! grep -qx gpu-tests "$work/done.txt"; then
+    v=$SWEEP_GPU_TESTS
+    install_release "$v"
+    began=$(date +%s)
+    # Its own JIT cache, so that the screen below starts cold.
+    HUMMING_CACHE_DIR="$work/jit-tests-$v" PYTHONPATH="$work/site-$v:$work/deps:$PWD/src" \
+        timeout 300 python3 -m pytest -m gpu tests/gpu -p no:cacheprovider -q -rA \
+        >"$work/cli-gpu-tests-$v.log" 2>&1
+    echo "tests/gpu against $v: exit $? in $(( $(date +%s) - began )) s"
+    tail -n 3 "$work/cli-gpu-tests-$v.log"
+    echo gpu-tests >>"$work/done.txt"
+fi
+if [ -n "${inputs:-}" ]; then
+    wait "$inputs" && echo inputs >>"$work/done.txt"
+    echo "inputs ready after $(( $(date +%s) - start )) s"
+fi
+if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx screen "$work/done.txt"; then
+    v=$SWEEP_SCREEN
+    install_release "$v"
+    began=$(date +%s)
+    kernels "$v" "screen-$v" $(( deadline - (began - start) ))
+    rc=$?
+    echo "screen of $v (defaults, alone, cold JIT cache): exit $rc in $(( $(date +%s) - began )) s"
+    tail -n 2 "$work/cli-screen-$v.log"
+    echo screen >>"$work/done.txt"
+fi
+
 printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
 kill "$sampler" 2>/dev/null
-tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records load.txt \
+tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records load.txt done.txt \
     $(cd "$work" && ls cli-*.log 2>/dev/null)
 ls -la "$out"

@@ -228,6 +228,9 @@ class Watchdog:
         plan_path = workdir / f"plan-{n}.json"
         plan_path.write_text(json.dumps(launch_plan), encoding="utf-8")
         events_path = workdir / f"events-{n}.jsonl"
+        # A reused workdir (`--workdir`, a sweep's rerun) holds an earlier run's events under the
+        # same name; the reader starts at byte 0 and would take them for this worker's.
+        events_path.unlink(missing_ok=True)
         log_path = workdir / f"worker-{n}.log"
         resources = ExitStack()
         stack.callback(resources.close)
