@@ -193,6 +193,21 @@ def test_time_ratio_outside_the_measured_spread_is_slower() -> None:
     assert compare_kernel_records([base], [jittery]).verdicts[0].time is TimeVerdict.SAME
 
 
+def test_a_timing_not_queued_ahead_of_the_gpu_judges_no_speed() -> None:
+    base = _record("0.1.5", {"a": [_batch(time_ms=0.0176, mad_ms=0.0003)]})
+    queued = {"median_ms": 0.077, "mad_ms": 0.0125, "min_ms": 0.05, "repeats": 20}
+    gapped = _record("0.1.6", {"a": [_batch(time={**queued, "queued_ahead": False})]})
+    (v,) = compare_kernel_records([base], [gapped]).verdicts
+    assert v.time is TimeVerdict.UNKNOWN
+    assert v.time_ratio == pytest.approx(0.077 / 0.0176)
+    assert v.time_noise is None
+    assert "(4.375x the time, one run a side, launches not queued ahead of the GPU)" in (
+        compare_kernel_records([base], [gapped]).to_markdown()
+    )
+    ahead = _record("0.1.6", {"a": [_batch(time={**queued, "queued_ahead": True})]})
+    assert compare_kernel_records([base], [ahead]).verdicts[0].time is TimeVerdict.SLOWER
+
+
 def test_runs_pooled_per_side_widen_the_time_noise_by_their_spread() -> None:
     base = [
         _record("0.1.5", {"a": [_batch(time_ms=t, mad_ms=0.001)]}, run_id=f"b{t}")

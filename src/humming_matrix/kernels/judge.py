@@ -102,6 +102,9 @@ class Side:
     output_sha256: frozenset[str] = frozenset()  # draw 0's output bytes, per run
     deterministic: bool = True  # every relaunch of every run bit-identical
     kernel_config: str | None = None  # what the release picked (tile, stages), when recorded
+    # A run's timing was not queued ahead of the GPU (`time.queued_ahead` false): its times may
+    # be the host's launch gaps, so they judge no speed.
+    host_gaps: bool = False
 
     @property
     def median_ms(self) -> float | None:
@@ -239,6 +242,8 @@ def _fmt_ratio(v: CaseVerdict) -> str:
     if v.time_ratio is None:
         return ""
     single = "" if v.time_runs_measured else ", one run a side"
+    if v.time is TimeVerdict.UNKNOWN:
+        single += ", launches not queued ahead of the GPU"
     return f" ({v.time_ratio:.3f}x the time{single})"
 
 
@@ -295,6 +300,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                         "reason": None,
                         "config": None,
                         "deterministic": True,
+                        "host_gaps": False,
                     },
                 )
                 # Batches with numbers are re-judged by the current tolerance, whatever state the
@@ -315,6 +321,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     med = _num(t["median_ms"])
                     slot["med"].append(med)
                     slot["spread"].append(MAD_TO_SD * _num(t.get("mad_ms", 0.0)) / med)
+                    if t.get("queued_ahead") is False:
+                        slot["host_gaps"] = True
                 if batch.get("input_sha256"):
                     slot["inputs"].add(str(batch["input_sha256"]))
                 if batch.get("sha256") and b_state.produced_numbers:
@@ -339,6 +347,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             output_sha256=frozenset(slot.get("outputs", ())),
             kernel_config=slot.get("config"),
             deterministic=bool(slot.get("deterministic", True)),
+            host_gaps=bool(slot.get("host_gaps", False)),
         )
     return pooled
 
@@ -386,6 +395,8 @@ def _time_verdict(b: Side, c: Side) -> tuple[TimeVerdict, float | None, float | 
         return within
 
     ratio = mc / mb
+    if b.host_gaps or c.host_gaps:
+        return TimeVerdict.UNKNOWN, ratio, None
     noise = NOISE_SIGMAS * math.sqrt(spread(b) ** 2 + spread(c) ** 2)
     if math.log(ratio) > noise:
         return TimeVerdict.SLOWER, ratio, noise

@@ -1,6 +1,13 @@
 """Kernel time with CUDA events (warm-up, L2 flushed before every launch, median of repeats), and
 the GPU's measured ceilings to hold achieved TFLOP/s and GB/s against.
 
+CUDA events time the GPU's stream, gaps included: when the host is slower to launch a call than
+the GPU is to run it (a Python launch path on a machine whose cores are busy compiling), the time
+between two events is the host's. The timed launches are therefore queued behind a GPU spin
+(`torch.cuda._sleep`), so the host has enqueued every one of them before the GPU reaches the
+first; `queued_ahead` says whether it had (False: the GPU finished the spin first, and the times
+may hold host gaps).
+
 torch is imported inside the functions that launch work, so the statistics (`summarize`) import
 and test without it.
 """
@@ -9,11 +16,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # Larger than any GPU's L2 (H200: 60 MB), so zeroing it evicts the operands.
 _FLUSH_BYTES = 256 * 1024 * 1024
+# The spin before the timed launches: about 25 ms at an H200's 2 GHz (50 ms at 1 GHz), several
+# times what enqueuing 20 flushes, events and launches takes even on a loaded host.
+SPIN_CYCLES = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -24,6 +34,9 @@ class Timing:
     repeats: int
     graph: bool = False  # replayed from a captured CUDA graph, as vLLM runs decode batches
     graph_error: str | None = None  # why capture failed (then timed eagerly)
+    # Every timed launch was enqueued while the GPU still spun (the times are the GPU's alone);
+    # None where torch has no spin kernel.
+    queued_ahead: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -33,6 +46,7 @@ class Timing:
             "repeats": self.repeats,
             "graph": self.graph,
             "graph_error": self.graph_error,
+            "queued_ahead": self.queued_ahead,
         }
 
 
@@ -53,13 +67,21 @@ def time_kernel(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> Timing:
     torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    spin = getattr(torch.cuda, "_sleep", None)
+    spun = None
+    if spin is not None:
+        spin(SPIN_CYCLES)
+        spun = torch.cuda.Event()
+        spun.record()
     for start, end in zip(starts, ends, strict=True):
         flush.zero_()
         start.record()
         fn()
         end.record()
+    ahead = None if spun is None else not spun.query()
     torch.cuda.synchronize()
-    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+    timing = summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+    return replace(timing, queued_ahead=ahead)
 
 
 def time_graph(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> Timing:
@@ -83,17 +105,10 @@ def time_graph(fn: Callable[[], Any], repeats: int, warmup: int = 3) -> Timing:
     except Exception as exc:  # capture is not supported by every release's launch path
         torch.cuda.synchronize()
         eager = time_kernel(fn, repeats, warmup)
-        return Timing(
-            eager.median_ms,
-            eager.mad_ms,
-            eager.min_ms,
-            eager.repeats,
-            False,
-            f"{type(exc).__name__}: {exc}"[:300],
-        )
+        return replace(eager, graph=False, graph_error=f"{type(exc).__name__}: {exc}"[:300])
     timing = time_kernel(graph.replay, repeats, warmup)
     del graph
-    return Timing(timing.median_ms, timing.mad_ms, timing.min_ms, timing.repeats, True)
+    return replace(timing, graph=True)
 
 
 def measure_ceilings(repeats: int = 10) -> dict[str, float]:
