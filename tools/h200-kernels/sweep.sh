@@ -16,6 +16,8 @@
 #
 # Optional, once per machine (each also listed in done.txt):
 #   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release;
+#   SWEEP_SKIP="0.1.20 0.1.20#2"  runs whose records an earlier machine (now given back) made;
+#   SWEEP_SETS=DIR           a folder of case lists, for runs tagged "0.1.20#2@NAME" (DIR/NAME);
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
 #                            the machine, cold JIT cache (the default screen), as the run "screen".
 # Records and logs go to $OUT (or ./sweep-out) as one tarball; a run still going at DEADLINE_S
@@ -54,12 +56,15 @@ kernels() {
 }
 
 run_one() {
-    tag=$1; v=${1%%#*}; t=${tag//#/-}; shift
+    tag=$1; v=${1%%[#@]*}; t=${tag//[#@]/-}; shift
+    # "0.1.16#2@late": that run over the cases listed in $SWEEP_SETS/late (one name a line).
+    cases=(); [[ $tag == *@* ]] && mapfile -t cases < <(printf -- '--cases\n'; cat "$SWEEP_SETS/${tag#*@}")
     if grep -qx "$tag" "$work/done.txt"; then echo "$tag: done in an earlier call"; return; fi
+    case " ${SWEEP_SKIP:-} " in *" $tag "*) echo "$tag: done on an earlier machine"; return;; esac
     install_release "$v" || { echo "$tag: install failed"; cat "$work/pip-$v.log"; return; }
     left=$(( deadline - ($(date +%s) - start) ))
     if [ "$left" -lt 20 ]; then echo "$tag: skipped, deadline"; return; fi
-    kernels "$v" "$t" "$left" --gpu-lock "$work/gpu.lock" "$@"
+    kernels "$v" "$t" "$left" --gpu-lock "$work/gpu.lock" "$@" "${cases[@]}"
     rc=$?
     echo "$tag: exit $rc after $(( $(date +%s) - start )) s"
     tail -n 2 "$work/cli-$t.log"
