@@ -26,14 +26,9 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(autouse=True)
-def torch() -> Any:
-    """torch with a CUDA GPU and humming-kernels, checked only when these tests are selected
-    (`-m gpu`): at import time the check would show as a skip in every default run."""
-    module = pytest.importorskip("torch")
-    if not module.cuda.is_available():
-        pytest.skip("no CUDA GPU")
+def humming(torch: Any) -> None:
+    """humming-kernels beside the GPU (conftest's `torch`), checked only when selected."""
     pytest.importorskip("humming")
-    return module
 
 
 DENSE = KernelCase(

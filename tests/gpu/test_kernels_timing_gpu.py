@@ -19,14 +19,6 @@ pytestmark = pytest.mark.gpu
 REPEATS = 20
 
 
-@pytest.fixture(autouse=True)
-def torch() -> Any:
-    module = pytest.importorskip("torch")
-    if not module.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    return module
-
-
 def _slow_host_launch(torch: Any, host_delay_s: float) -> Any:
     x = torch.zeros(1, device="cuda")
 

@@ -14,10 +14,11 @@
 # A run that completed is listed in done.txt and skipped by the next call of the same command;
 # a run the deadline cut leaves a partial record and runs again, its compiles already cached.
 #
+# A run tagged "0.1.20#3@47-84" runs cases 47 - 84 of the suite alone. SWEEP_SKIP="0.1.20 0.1.20#2"
+# names runs whose records an earlier machine (now given back) made.
+#
 # Optional, once per machine (each also listed in done.txt):
 #   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release;
-#   SWEEP_SKIP="0.1.20 0.1.20#2"  runs whose records an earlier machine (now given back) made;
-#   SWEEP_SETS=DIR           a folder of case lists, for runs tagged "0.1.20#2@NAME" (DIR/NAME);
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
 #                            the machine, cold JIT cache (the default screen), as the run "screen".
 # Records and logs go to $OUT (or ./sweep-out) as one tarball; a run still going at DEADLINE_S
@@ -57,8 +58,15 @@ kernels() {
 
 run_one() {
     tag=$1; v=${1%%[#@]*}; t=${tag//[#@]/-}; shift
-    # "0.1.16#2@late": that run over the cases listed in $SWEEP_SETS/late (one name a line).
-    cases=(); [[ $tag == *@* ]] && mapfile -t cases < <(printf -- '--cases\n'; cat "$SWEEP_SETS/${tag#*@}")
+    # "0.1.16#2@47-84": that run over cases 47 - 84 of the suite (1-based, in its order), to
+    # finish what an earlier machine's deadline cut.
+    cases=()
+    [[ $tag == *@* ]] && mapfile -t cases < <(printf -- '--cases\n'; PYTHONPATH="$PWD/src" python3 -c '
+import sys
+from humming_matrix.kernels.models import SUITE
+first, last = map(int, sys.argv[1].split("-"))
+print("\n".join(c.name for c in SUITE[first - 1 : last]))
+' "${tag#*@}")
     if grep -qx "$tag" "$work/done.txt"; then echo "$tag: done in an earlier call"; return; fi
     case " ${SWEEP_SKIP:-} " in *" $tag "*) echo "$tag: done on an earlier machine"; return;; esac
     install_release "$v" || { echo "$tag: install failed"; cat "$work/pip-$v.log"; return; }
