@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from humming_matrix.kernels.judge import (
     CaseState,
     TimeVerdict,
     Verdict,
+    _sample_variance,
     assess_batch,
     compare_kernel_records,
 )
@@ -328,3 +330,18 @@ def test_a_changed_kernel_config_is_named() -> None:
     assert v.note == (
         'kernel config {"block_shape": "[64, 128, 64]"} -> {"block_shape": "[128, 128, 64]"}'
     )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1.0, 2.0, 3.0, 4.0],  # 5/3
+        [0.0123, 0.0125, 0.0119, 0.0131, 0.0122, 0.0127],
+        [1e-3 + i * 1e-12 for i in range(12)],  # tiny spread on a large mean: cancellation
+        [math.log(m) for m in (0.0418, 0.0423, 0.0419)],
+    ],
+)
+def test_the_float_variance_agrees_with_the_exact_one_in_statistics(values: list[float]) -> None:
+    # The judge's noise bounds use a float variance (statistics.variance, exact in Fractions,
+    # was most of a table's time); held to the stdlib's correctly rounded result.
+    assert _sample_variance(values) == pytest.approx(statistics.variance(values), rel=1e-12)

@@ -352,11 +352,18 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
     return pooled
 
 
+def _sample_variance(values: Sequence[float]) -> float:
+    """The sample variance in floats (two passes, fsum). statistics.variance computes it exactly
+    in Fractions, which made a table of every release pair spend most of its time there."""
+    mean = math.fsum(values) / len(values)
+    return math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+
 def _sem2(values: Sequence[float]) -> float:
     """Squared standard error of the mean; 0 when a single value gives no spread."""
     if len(values) < 2:
         return 0.0
-    return statistics.variance(values) / len(values)
+    return _sample_variance(values) / len(values)
 
 
 def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float, str]:
@@ -391,7 +398,7 @@ def _time_verdict(b: Side, c: Side) -> tuple[TimeVerdict, float | None, float | 
         within = statistics.median(side.rel_spreads) if side.rel_spreads else 0.0
         if len(side.medians_ms) >= 2:
             logs = [math.log(m) for m in side.medians_ms]
-            return max(within, statistics.stdev(logs))
+            return max(within, math.sqrt(_sample_variance(logs)))
         return within
 
     ratio = mc / mb
