@@ -210,6 +210,36 @@ def test_a_timing_not_queued_ahead_of_the_gpu_judges_no_speed() -> None:
     assert compare_kernel_records([base], [ahead]).verdicts[0].time is TimeVerdict.SLOWER
 
 
+def test_timings_from_different_gpu_models_judge_no_speed() -> None:
+    def on(gpu: str, version: str, time_ms: float, run_id: str) -> dict[str, Any]:
+        record = _record(version, {"a": [_batch(time_ms=time_ms, mad_ms=0.001)]}, run_id)
+        record["environment"] = {"humming_kernels": version, "gpu": gpu}
+        return record
+
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    (across,) = compare_kernel_records(
+        [on(h200, "0.1.16", 1.0, "b")], [on(h100, "0.1.15", 1.4, "c")]
+    ).verdicts
+    assert across.verdict is Verdict.SAME  # the numbers still compare: same kernel, same bytes
+    assert across.time is TimeVerdict.UNKNOWN
+    assert across.time_ratio == pytest.approx(1.4)
+    assert across.time_noise is None
+    assert "(1.400x the time, one run a side, timed on different GPUs " in (
+        compare_kernel_records(
+            [on(h200, "0.1.16", 1.0, "b")], [on(h100, "0.1.15", 1.4, "c")]
+        ).to_markdown()
+    )
+    # one side pooling runs of two models is as unknown as two sides on two models
+    mixed = [on(h200, "0.1.16", 1.0, "b"), on(h100, "0.1.16", 1.4, "b2")]
+    assert compare_kernel_records(mixed, [on(h200, "0.1.15", 1.0, "c")]).verdicts[0].time is (
+        TimeVerdict.UNKNOWN
+    )
+    (same_gpu,) = compare_kernel_records(
+        [on(h100, "0.1.16", 1.0, "b")], [on(h100, "0.1.15", 1.4, "c")]
+    ).verdicts
+    assert same_gpu.time is TimeVerdict.SLOWER
+
+
 def test_runs_pooled_per_side_widen_the_time_noise_by_their_spread() -> None:
     base = [
         _record("0.1.5", {"a": [_batch(time_ms=t, mad_ms=0.001)]}, run_id=f"b{t}")

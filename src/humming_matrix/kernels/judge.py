@@ -19,8 +19,10 @@ Per case and batch size, on identical input bytes (else `incomparable`):
 * a changed kernel configuration (the MoE GEMM's tuning: block shape, stages) is named;
 * timing: `slower` / `faster` when |ln(ratio of medians)| exceeds 3 x the combined relative
   spread (1.4826 x MAD / median of each side's samples, and the spread of per-run medians when
-  a side has several runs). A `slower` fails a gate (`fail_on_slowdown`) only when both sides
-  have several runs: one run's spread misses what changes between processes.
+  a side has several runs); `unknown` when the two sides (or the runs of one side) were timed
+  on different GPU models (an H100 and an H200 differ in memory bandwidth, not in the kernel).
+  A `slower` fails a gate (`fail_on_slowdown`) only when both sides have several runs: one
+  run's spread misses what changes between processes.
 
 Nothing here is a constant picked per case: the noise comes from the records.
 """
@@ -105,6 +107,7 @@ class Side:
     # A run's timing was not queued ahead of the GPU (`time.queued_ahead` false): its times may
     # be the host's launch gaps, so they judge no speed.
     host_gaps: bool = False
+    gpus: frozenset[str] = frozenset()  # the GPU model of each run that timed it
 
     @property
     def median_ms(self) -> float | None:
@@ -242,9 +245,19 @@ def _fmt_ratio(v: CaseVerdict) -> str:
     if v.time_ratio is None:
         return ""
     single = "" if v.time_runs_measured else ", one run a side"
-    if v.time is TimeVerdict.UNKNOWN:
-        single += ", launches not queued ahead of the GPU"
+    if v.time is TimeVerdict.UNKNOWN and v.baseline and v.candidate:
+        if _mixed_gpus(v.baseline, v.candidate):
+            gpus = sorted(v.baseline.gpus | v.candidate.gpus)
+            single += f", timed on different GPUs ({' and '.join(gpus)})"
+        else:
+            single += ", launches not queued ahead of the GPU"
     return f" ({v.time_ratio:.3f}x the time{single})"
+
+
+def _mixed_gpus(b: Side, c: Side) -> bool:
+    """The timings were taken on more than one GPU model (records name theirs; older test
+    records without a name count as the same model)."""
+    return len(b.gpus | c.gpus) > 1
 
 
 def speed_change(v: CaseVerdict) -> str:
@@ -273,6 +286,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
     """Per (case, batch size), the numbers of every record of one side, pooled."""
     acc: dict[tuple[str, int | None], dict[str, Any]] = {}
     for record in records:
+        env = record.get("environment")
+        gpu = env.get("gpu") if isinstance(env, Mapping) else None
         for case in record["cases"]:
             name = str(case["name"])
             state = CaseState(case["state"])
@@ -301,6 +316,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                         "config": None,
                         "deterministic": True,
                         "host_gaps": False,
+                        "gpus": set(),
                     },
                 )
                 # Batches with numbers are re-judged by the current tolerance, whatever state the
@@ -323,6 +339,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     slot["spread"].append(MAD_TO_SD * _num(t.get("mad_ms", 0.0)) / med)
                     if t.get("queued_ahead") is False:
                         slot["host_gaps"] = True
+                    if gpu:
+                        slot["gpus"].add(str(gpu))
                 if batch.get("input_sha256"):
                     slot["inputs"].add(str(batch["input_sha256"]))
                 if batch.get("sha256") and b_state.produced_numbers:
@@ -348,6 +366,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             kernel_config=slot.get("config"),
             deterministic=bool(slot.get("deterministic", True)),
             host_gaps=bool(slot.get("host_gaps", False)),
+            gpus=frozenset(slot.get("gpus", ())),
         )
     return pooled
 
@@ -402,7 +421,7 @@ def _time_verdict(b: Side, c: Side) -> tuple[TimeVerdict, float | None, float | 
         return within
 
     ratio = mc / mb
-    if b.host_gaps or c.host_gaps:
+    if b.host_gaps or c.host_gaps or _mixed_gpus(b, c):
         return TimeVerdict.UNKNOWN, ratio, None
     noise = NOISE_SIGMAS * math.sqrt(spread(b) ** 2 + spread(c) ** 2)
     if math.log(ratio) > noise:
