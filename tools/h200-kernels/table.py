@@ -31,7 +31,12 @@ from typing import Any
 from packaging.version import Version
 
 from humming_matrix.kernels.assess import BOUNDS, CaseState, assess_batch, num
-from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
+from humming_matrix.kernels.judge import (
+    KernelComparison,
+    TimeVerdict,
+    Verdict,
+    compare_kernel_records,
+)
 from humming_matrix.kernels.record import humming_version, load_kernel_record
 
 
@@ -157,6 +162,9 @@ def main(argv: list[str]) -> int:
         "| --- | ---: | --- | --- | --- | --- | --- |",
     ]
     last: dict[str, str] = {}
+    # One comparison per pair of releases, read for each case whose previous run it is: the
+    # cases of one release mostly share their previous release.
+    comparisons: dict[tuple[str, str], KernelComparison] = {}
     for version in versions:
         ran = {c["name"] for p in by_version[version] for c in records[p]["cases"]}
         for name in cases:
@@ -166,9 +174,13 @@ def main(argv: list[str]) -> int:
             last[name] = version
             if previous is None:
                 continue
-            base = [records[p] for p in by_version[previous]]
-            cmp = compare_kernel_records(base, [records[p] for p in by_version[version]])
-            for v in cmp.verdicts:
+            pair = (previous, version)
+            if pair not in comparisons:
+                comparisons[pair] = compare_kernel_records(
+                    [records[p] for p in by_version[previous]],
+                    [records[p] for p in by_version[version]],
+                )
+            for v in comparisons[pair].verdicts:
                 if v.case != name or v.verdict in (Verdict.MISSING, Verdict.NEW):
                     continue
                 if v.verdict is Verdict.SAME and v.time is not TimeVerdict.SLOWER:
