@@ -21,8 +21,9 @@
 #   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release;
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
 #                            the machine, cold JIT cache (the default screen), as the run "screen".
-# Records and logs go to $OUT (or ./sweep-out) as one tarball; a run still going at DEADLINE_S
-# is stopped (SIGTERM: the CLI saves the finished cases in a record marked incomplete).
+# Records and logs go to $OUT (or ./sweep-out) as one tarball, refreshed every 30 s (so a call
+# killed at its time limit still returns the runs finished by then); a run still going at
+# DEADLINE_S is stopped (SIGTERM: the CLI saves the finished cases in a record marked incomplete).
 set -u
 wheelhouse=$(cd "$1" && pwd); deadline=$2; parallel=$3; versions=$4; shift 4
 out=${OUT:-$PWD/sweep-out}
@@ -82,10 +83,22 @@ print("\n".join(c.name for c in SUITE[first - 1 : last]))
 export -f run_one install_release kernels
 export work wheelhouse deadline start
 
-# Every 5 s: seconds since start, GPU memory used (MiB), the 1-minute load average, RAM used (MiB).
-( while sleep 5; do
-    echo "$(( $(date +%s) - start )) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null) $(cut -d' ' -f1 /proc/loadavg) $(free -m | awk '/^Mem/ {print $3}')"
-  done ) >>"$work/load.txt" &
+snapshot() {
+    # The records and logs so far, as one tarball in $out, replaced whole: a call its time limit
+    # kills still brings back what the runs finished before the last snapshot.
+    tar -czf "$out/.kernels-sweep.tmp" -C "$work" records load.txt done.txt \
+        $(cd "$work" && ls cli-*.log 2>/dev/null) 2>/dev/null \
+        && mv -f "$out/.kernels-sweep.tmp" "$out/kernels-sweep.tar.gz"
+}
+export -f snapshot
+export out
+
+# Every 5 s: seconds since start, GPU memory used (MiB), the 1-minute load average, RAM used
+# (MiB); every 30 s a snapshot.
+( n=0; while sleep 5; do
+    echo "$(( $(date +%s) - start )) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null) $(cut -d' ' -f1 /proc/loadavg) $(free -m | awk '/^Mem/ {print $3}')" >>"$work/load.txt"
+    n=$(( n + 1 )); [ $(( n % 6 )) -eq 0 ] && snapshot
+  done ) &
 sampler=$!
 
 # The seeded weights once per machine, in parallel (one process per distinct weight set); every
@@ -134,6 +147,6 @@ fi
 
 printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
 kill "$sampler" 2>/dev/null
-tar -czf "$out/kernels-sweep.tar.gz" -C "$work" records load.txt done.txt \
-    $(cd "$work" && ls cli-*.log 2>/dev/null)
+wait "$sampler" 2>/dev/null
+snapshot
 ls -la "$out"
