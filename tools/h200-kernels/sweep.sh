@@ -42,11 +42,16 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 install_release() {
     # Once per machine: humming's JIT cache key holds the absolute path and mtime of every header
     # it installed, so a reinstall (or a second folder) would miss every cached kernel.
+    # The runs of an A/A pair start together: one installs while the other waits on the lock (two
+    # pip --target runs into one folder collide: "Directory not empty", 2026-12-06).
     v=$1; site="$work/site-$v"
-    [ -e "$site/.installed" ] && return 0
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-        "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-$v.log" 2>&1 \
-        && touch "$site/.installed"
+    (
+        flock 9
+        [ -e "$site/.installed" ] && exit 0
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+            --target "$site" "$wheelhouse"/hk/humming_kernels-"$v"-*.whl >"$work/pip-$v.log" 2>&1 \
+            && touch "$site/.installed"
+    ) 9>"$work/install-$v.lock"
 }
 
 kernels() {
