@@ -95,12 +95,11 @@ snapshot() {
         $(cd "$work" && ls cli-*.log 2>/dev/null) 2>/dev/null \
         && mv -f "$out/.kernels-sweep.tmp" "$out/kernels-sweep.tar.gz"
 }
-export -f snapshot
-export out
 
 # Every 5 s: seconds since start, GPU memory used (MiB), the 1-minute load average, RAM used
-# (MiB); every 30 s a snapshot.
-( n=0; while sleep 5; do
+# (MiB); every 30 s a snapshot. The trap lets a tar under way finish before the loop ends, so it
+# never writes beside the final snapshot (killed outright, the loop's tar would run on).
+( trap 'exit 0' TERM; n=0; while sleep 5; do
     echo "$(( $(date +%s) - start )) $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null) $(cut -d' ' -f1 /proc/loadavg) $(free -m | awk '/^Mem/ {print $3}')" >>"$work/load.txt"
     n=$(( n + 1 )); [ $(( n % 6 )) -eq 0 ] && snapshot
   done ) &

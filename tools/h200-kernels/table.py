@@ -37,7 +37,7 @@ from humming_matrix.kernels.judge import (
     Verdict,
     compare_kernel_records,
 )
-from humming_matrix.kernels.record import humming_version, load_kernel_record
+from humming_matrix.kernels.record import gpu_name, humming_version, load_kernel_record
 
 
 def _units(batch: dict[str, Any]) -> float | None:
@@ -127,12 +127,7 @@ def main(argv: list[str]) -> int:
         for case in records[path]["cases"]:
             if case["name"] not in cases:
                 cases.append(case["name"])
-    gpus = sorted(
-        {
-            str(r.get("environment", {}).get("gpu", "?")).removeprefix("NVIDIA ")
-            for r in records.values()
-        }
-    )
+    gpus = sorted({(gpu_name(r) or "?").removeprefix("NVIDIA ") for r in records.values()})
     out = [
         f"# Kernel tier on the {' and the '.join(gpus)}: the records of {root.name}",
         "",

@@ -47,7 +47,7 @@ from humming_matrix.kernels.assess import (
     assess_case,
     num,
 )
-from humming_matrix.kernels.record import check_kernel_record, load_kernel_record
+from humming_matrix.kernels.record import check_kernel_record, gpu_name, load_kernel_record
 
 __all__ = [
     "REL_TOLERANCE",
@@ -286,8 +286,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
     """Per (case, batch size), the numbers of every record of one side, pooled."""
     acc: dict[tuple[str, int | None], dict[str, Any]] = {}
     for record in records:
-        env = record.get("environment")
-        gpu = env.get("gpu") if isinstance(env, Mapping) else None
+        gpu = gpu_name(record)
         for case in record["cases"]:
             name = str(case["name"])
             state = CaseState(case["state"])
@@ -340,7 +339,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     if t.get("queued_ahead") is False:
                         slot["host_gaps"] = True
                     if gpu:
-                        slot["gpus"].add(str(gpu))
+                        slot["gpus"].add(gpu)
                 if batch.get("input_sha256"):
                     slot["inputs"].add(str(batch["input_sha256"]))
                 if batch.get("sha256") and b_state.produced_numbers:

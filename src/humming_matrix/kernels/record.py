@@ -110,6 +110,13 @@ def humming_version(record: Mapping[str, Any]) -> str | None:
     return str(value) if value is not None else None
 
 
+def gpu_name(record: Mapping[str, Any]) -> str | None:
+    """The GPU model the record was made on (`torch.cuda` device name), None where unrecorded."""
+    env = record.get("environment", {})
+    value = env.get("gpu") if isinstance(env, Mapping) else None
+    return str(value) if value is not None else None
+
+
 def versions_table(records: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: one row per humming version, one column per case: state and median time at the
     largest batch size (the README table)."""
