@@ -58,7 +58,7 @@ def _cell(case: dict[str, Any] | None) -> str:
     if not batches:
         if state in (CaseState.UNSUPPORTED, CaseState.ERROR):
             return f"cannot build: {str(case.get('reason', ''))[:60]}"
-        return state.value
+        return str(state.value)
     states = [assess_batch(b) for b in batches]
     worst = max(states, key=lambda s: s.severity)
     units = [u for u in (_units(b) for b in batches if not b.get("error")) if u is not None]
@@ -186,10 +186,10 @@ def main(argv: list[str]) -> int:
                     continue
                 if v.verdict is Verdict.SAME and v.time is not TimeVerdict.SLOWER:
                     continue
-                ratio = "" if v.time_ratio is None else f" {v.time_ratio:.2f}x"
+                shown = "" if v.time_ratio is None else f" {v.time_ratio:.2f}x"
                 out.append(
                     f"| {name} | {'' if v.m is None else v.m} | {previous} | {version} | "
-                    f"{v.verdict.value} | {v.time.value}{ratio} | {v.note[:120]} |"
+                    f"{v.verdict.value} | {v.time.value}{shown} | {v.note[:120]} |"
                 )
     out += [
         "",
@@ -206,17 +206,17 @@ def main(argv: list[str]) -> int:
         if not pairs:
             continue
         a, b = (records[p] for p in pairs[0][:2])
-        times = {}
+        times: dict[tuple[str, int], float] = {}
         for case in a["cases"]:
             for batch in case.get("batches") or []:
                 if isinstance(batch.get("time"), dict):
                     times[(case["name"], batch["m"])] = num(batch["time"]["median_ms"])
         for case in b["cases"]:
             for batch in case.get("batches") or []:
-                key = (case["name"], batch["m"])
-                if key in times and isinstance(batch.get("time"), dict):
-                    ratio = num(batch["time"]["median_ms"]) / times[key]
-                    out.append(f"| {version} | {key[0]} | {key[1]} | {ratio:.3f} |")
+                slot = (case["name"], batch["m"])
+                if slot in times and isinstance(batch.get("time"), dict):
+                    ratio = num(batch["time"]["median_ms"]) / times[slot]
+                    out.append(f"| {version} | {slot[0]} | {slot[1]} | {ratio:.3f} |")
     print("\n".join(out))
     return 0
 
