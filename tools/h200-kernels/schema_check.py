@@ -40,7 +40,7 @@ def small(case: KernelCase) -> KernelCase:
 
 
 def main() -> int:
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value,unused-ignore]
     combos: dict[tuple[str, str, str], KernelCase] = {}
     for case in SUITE:
         combos.setdefault((case.scheme.value, case.activation.value, case.kind.value), case)
