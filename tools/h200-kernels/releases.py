@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Every humming release's newest kernel evidence, across the generations under ROOT (generated,
+never edited by hand):
+
+    python tools/h200-kernels/releases.py results/h200 > results/h200/README.md
+
+ROOT holds one folder per generation (`gen2`, `gen3`, ...), each with the records of its calls.
+For each release and each case of the current suite, the evidence is the records of the newest
+generation that ran that case for that release (its calls pooled); older generations' runs of the
+case are superseded. Every batch is re-judged by the product's kernel judge. Tables:
+
+1. coverage per release: the suite's cases with evidence, those run at least twice in one call
+   (an A/A pair), which generations and GPUs the evidence comes from, and how many cases are out
+   of tolerance, not bit-identical on relaunch, cannot build, or broke otherwise;
+2. per release, every case out of tolerance or broken: the batch sizes and the worst units (or
+   the error), from the newest evidence;
+3. release to release: each release against the previous release that ran the case, every
+   verdict other than `same` and `still-broken` (table 2 lists those), and `slower`/`faster`
+   where both sides ran in one call, which alone shares a machine and its load (the records of
+   one side may come from another generation than the other's: where their inputs differ the
+   verdict says `incomparable`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from humming_matrix.kernels.assess import CaseState, assess_batch, num, out_of_tolerance
+from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
+from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.record import gpu_name, humming_version, load_kernel_record
+
+Record = Mapping[str, Any]
+BROKEN = (CaseState.NONFINITE, CaseState.ERROR, CaseState.CRASH, CaseState.HANG)
+UNITS = ("err_units", "worst_channel_units", "worst_expert_units")
+
+
+class Run:
+    """One record, where it lies: generation, call and run id."""
+
+    def __init__(self, root: Path, path: Path) -> None:
+        self.record: Record = load_kernel_record(path)
+        parts = path.relative_to(root).parts
+        self.generation = parts[0]
+        self.call = parts[1] if len(parts) > 2 else ""
+        self.version = str(humming_version(self.record))
+        self.gpu = (gpu_name(self.record) or "?").removeprefix("NVIDIA ")
+        self.cases = {str(c["name"]): c for c in self.record["cases"]}
+
+
+def _generation_order(name: str) -> int:
+    found = re.fullmatch(r"gen(\d+)", name)
+    return int(found.group(1)) if found else -1
+
+
+def evidence(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
+    """Per (release, case): the runs of the newest generation that ran it."""
+    chosen: dict[tuple[str, str], list[Run]] = {}
+    for run in sorted(runs, key=lambda r: _generation_order(r.generation)):
+        for name in run.cases:
+            key = (run.version, name)
+            current = chosen.get(key)
+            if current and current[0].generation != run.generation:
+                current = None
+            chosen[key] = [*(current or []), run]
+    return chosen
+
+
+def _units(batch: Mapping[str, Any]) -> float | None:
+    values = [num(v) for key in UNITS for v in batch.get(key, []) or []]
+    return max(values) if values else None
+
+
+def _fmt(units: float) -> str:
+    return f"{units:.2f}" if units < 1000 else f"{units:.3g}"
+
+
+def _problems(name: str, runs: list[Run]) -> tuple[str, str, str] | None:
+    """(state, batch sizes, detail) of a case out of tolerance or broken in any run; None if not."""
+    states: list[CaseState] = []
+    failing: set[int] = set()
+    units: list[float] = []
+    reasons: list[str] = []
+    for run in runs:
+        case = run.cases[name]
+        batches = case.get("batches") or []
+        if not batches:
+            states.append(CaseState(case["state"]))
+            reasons.append(str(case.get("reason") or case["state"]))
+        for batch in batches:
+            state = assess_batch(batch)
+            states.append(state)
+            if state is CaseState.FAIL or state in BROKEN:
+                failing.add(int(batch["m"]))
+                value = _units(batch)
+                if state is CaseState.FAIL and value is not None:
+                    units.append(value)
+                elif state is not CaseState.FAIL or value is None:
+                    reasons.append(
+                        str(batch.get("error") or out_of_tolerance(batch) or state.value)
+                    )
+    bad = [s for s in states if s is CaseState.FAIL or s in BROKEN or s is CaseState.UNSUPPORTED]
+    if not bad:
+        return None
+    worst = max(bad, key=lambda s: s.severity)
+    detail = []
+    if units:
+        top = max(units)
+        detail.append(f"{_fmt(min(units))} - {_fmt(top)}u" if math.isfinite(top) else "inf u")
+    detail += sorted(set(reasons))[:2]
+    label = "cannot build" if worst is CaseState.UNSUPPORTED else worst.value
+    return label, ", ".join(map(str, sorted(failing))), "; ".join(detail)[:160]
+
+
+def _aa(runs: list[Run]) -> bool:
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    for run in runs:
+        calls[(run.generation, run.call)] += 1
+    return max(calls.values()) >= 2
+
+
+def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
+    suite = [c.name for c in SUITE]
+    out = [
+        "## 1. Coverage",
+        "",
+        f"Of the current suite's {len(suite)} cases (`humming_matrix.kernels.models.SUITE`): "
+        "those with evidence, those run twice in one call (A/A), the generations and GPUs the "
+        "evidence comes from, and the cases in each state of table 2.",
+        "",
+        "| humming | cases | A/A | from | GPU | out of tolerance | not bit-identical | "
+        "cannot build | broken |",
+        "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for version in versions:
+        have = [n for n in suite if (version, n) in chosen]
+        gens: dict[str, int] = defaultdict(int)
+        gpus: set[str] = set()
+        counts: dict[str, int] = defaultdict(int)
+        nondet = 0
+        for name in have:
+            runs = chosen[(version, name)]
+            gens[runs[0].generation] += 1
+            gpus |= {r.gpu for r in runs}
+            problem = _problems(name, runs)
+            if problem:
+                counts[problem[0]] += 1
+            if any(
+                assess_batch(b) is CaseState.NONDETERMINISTIC
+                for r in runs
+                for b in r.cases[name].get("batches") or []
+            ):
+                nondet += 1
+        where = ", ".join(
+            f"{g} {n}" for g, n in sorted(gens.items(), key=lambda kv: -_generation_order(kv[0]))
+        )
+        broken = sum(counts[s.value] for s in BROKEN)
+        out.append(
+            f"| {version} | {len(have)} | {sum(_aa(chosen[(version, n)]) for n in have)} | "
+            f"{where} | {', '.join(sorted(gpus))} | {counts[CaseState.FAIL.value]} | {nondet} | "
+            f"{counts['cannot build']} | {broken} |"
+        )
+    return [*out, ""]
+
+
+def _problem_table(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
+    out = [
+        "## 2. Out of tolerance or broken, per release",
+        "",
+        "The state over every run of the newest evidence (the worst), the batch sizes where it "
+        "holds, and the range of the failing batches' worst units (> 1 fails) or the reason.",
+        "",
+        "| humming | case | state | batches | detail | from |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for version in versions:
+        for case in SUITE:
+            runs = chosen.get((version, case.name))
+            problem = _problems(case.name, runs) if runs else None
+            if runs and problem:
+                state, batches, detail = problem
+                out.append(
+                    f"| {version} | {case.name} | {state} | {batches} | {detail} | "
+                    f"{runs[0].generation} |"
+                )
+    return [*out, ""]
+
+
+def _only(runs: list[Run], names: set[str]) -> list[Record]:
+    return [
+        {**run.record, "cases": [run.cases[n] for n in run.cases if n in names]} for run in runs
+    ]
+
+
+def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
+    out = [
+        "## 3. Release to release",
+        "",
+        "Each release against the previous release that ran the case (the newest evidence of "
+        "each): verdicts other than `same` and `still-broken`, and `slower`/`faster` where both "
+        "sides ran in one call (times from different calls or GPU models judge no speed; each "
+        "generation's README has the rest).",
+        "",
+        "| case | batch | from | to | verdict | time | note |",
+        "| --- | ---: | --- | --- | --- | --- | --- |",
+    ]
+    # One comparison per pair of evidence sets: the cases of a release mostly share them.
+    groups: dict[tuple[str, str, tuple[int, ...], tuple[int, ...]], set[str]] = defaultdict(set)
+    sides: dict[tuple[int, ...], list[Run]] = {}
+    last: dict[str, str] = {}
+    for version in versions:
+        for case in SUITE:
+            if (version, case.name) not in chosen:
+                continue
+            previous = last.get(case.name)
+            last[case.name] = version
+            if previous is None:
+                continue
+            before, after = chosen[(previous, case.name)], chosen[(version, case.name)]
+            b_key, a_key = tuple(map(id, before)), tuple(map(id, after))
+            sides[b_key], sides[a_key] = before, after
+            groups[(previous, version, b_key, a_key)].add(case.name)
+    order = {c.name: i for i, c in enumerate(SUITE)}
+    rows: list[tuple[int, int, int, str]] = []
+    for (previous, version, b_key, a_key), names in groups.items():
+        before, after = sides[b_key], sides[a_key]
+        # Only runs of one call share a machine and its load (the A/A spread is measured within a
+        # call); the fourth generation's eager timings spread up to 12.9x across calls.
+        one_call = len({(r.generation, r.call) for r in (*before, *after)}) == 1
+        comparison = compare_kernel_records(_only(before, names), _only(after, names))
+        for v in comparison.verdicts:
+            # Broken on both sides is table 2's, release by release.
+            if v.verdict in (Verdict.MISSING, Verdict.NEW, Verdict.STILL_BROKEN):
+                continue
+            speed = v.time in (TimeVerdict.SLOWER, TimeVerdict.FASTER) and one_call
+            if v.verdict is Verdict.SAME and not speed:
+                continue
+            if not one_call:
+                shown = "not compared (different calls)"
+            else:
+                ratio = "" if v.time_ratio is None else f" {v.time_ratio:.2f}x"
+                # The judge's own caveat: one run a side misses the between-run spread.
+                caveat = " (one run a side)" if speed and not v.time_runs_measured else ""
+                shown = f"{v.time.value}{ratio}{caveat}"
+            rows.append(
+                (
+                    versions.index(version),
+                    order[v.case],
+                    -1 if v.m is None else v.m,
+                    f"| {v.case} | {'' if v.m is None else v.m} | {previous} | {version} | "
+                    f"{v.verdict.value} | {shown} | {v.note[:120]} |",
+                )
+            )
+    return [*out, *(row for *_, row in sorted(rows)), ""]
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0])
+    runs = [
+        Run(root, p)
+        for p in sorted(root.rglob("kernels__*.json"))
+        if _generation_order(p.relative_to(root).parts[0]) >= 0
+    ]
+    chosen = evidence(runs)
+    versions = sorted({r.version for r in runs}, key=Version)
+    out = [
+        f"# Kernel tier: every release's newest evidence under {root.name}/",
+        "",
+        "Generated by `tools/h200-kernels/releases.py` from the records of every generation "
+        "(each generation's own README is made by `table.py`); see docs/kernels.md for the "
+        "cases, the bound and the calls.",
+        "",
+        *_coverage(versions, chosen),
+        *_problem_table(versions, chosen),
+        *_changes(versions, chosen),
+    ]
+    print("\n".join(out).rstrip("\n"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
