@@ -52,7 +52,14 @@ def test_the_committed_index_is_the_generated_one() -> None:
     coverage = _table(text, "## 1. Coverage")
     assert "| 0.1.20 | 84 | 84 | gen4 84 | H200 | 1 | 39 | 0 | 0 |" in coverage
     assert "| 0.1.0 | 2 | 0 | gen2 2 | H200 | 0 | 1 | 0 | 1 |" in coverage
+    assert "| 0.1.12 | 84 | 84 | gen6 84 | H200 | 14 | 31 | 0 | 0 |" in coverage
+    # The sixth generation's first call (an H100) ran 0.1.14's cases 1 - 40 once, its second (an
+    # H200) cases 41 - 84 twice.
+    assert "| 0.1.14 | 84 | 44 | gen6 84 | H100 80GB HBM3, H200 | 9 | 26 | 0 | 0 |" in coverage
     problems = _table(text, "## 2. Out of tolerance")
+    assert (
+        "| 0.1.12 | qkv-gptq-int4-g128-bf16-5120x2048 | fail | 2048 | 363.85 - 980.47u | gen6 |"
+    ) in problems
     assert [r for r in problems if r.startswith("| 0.1.20 |")] == [
         "| 0.1.20 | down-fp8-channel-bf16-1536x8960 | fail | 1 | 1.03 - 1.03u | gen4 |"
     ]
