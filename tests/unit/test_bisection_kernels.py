@@ -11,10 +11,10 @@ import pytest
 from packaging.version import Version
 
 from humming_matrix.bisect.driver import BisectLog, Driver, Plan
-from humming_matrix.bisect.paired_judge import KernelJudge
+from humming_matrix.bisect.paired_judge import Judgement, KernelJudge
 from humming_matrix.bisect.report import evidence_lines
 from humming_matrix.bisect.search import Conclusion, Verdict
-from humming_matrix.bisect.version_runner import Prober, ProbeStatus, Suite, Tier
+from humming_matrix.bisect.version_runner import KERNELS_RECORD, Prober, ProbeStatus, Suite, Tier
 from humming_matrix.kernels.record import build_record, write_record
 from humming_matrix.kernels.watchdog import SuiteRun
 from humming_matrix.matrix.cells import Matrix, load_matrix
@@ -117,7 +117,7 @@ def test_kernel_tier_finds_the_first_broken_release_and_reuses_its_records(
     assert evidence_lines(entry.evidence) == [
         "kernels: regression (['0.1.2'] -> ['0.1.4']): moe m=64 newly-broken"
     ]
-    assert result.entries["0.1.2"].reason == "baseline kernels: worst case state ok"
+    assert result.entries["0.1.2"].reason == "baseline kernels: 2 ok"
 
     again = KernelSessionDouble("0.1.4")
     second = run(tmp_path, matrix, again, "b.jsonl")
@@ -194,3 +194,57 @@ def test_bisect_counts_worse_as_bad_and_changed_as_good(tmp_path: Path, matrix: 
     assert result.entries["0.1.5"].verdict is Verdict.GOOD
     changed = [v["verdict"] for v in result.entries["0.1.5"].evidence["kernels"]["verdicts"]]
     assert changed == ["changed"] * 4
+
+
+GEN6 = Path(__file__).resolve().parents[2] / "results" / "h200" / "gen6"
+
+
+def _real(version: str, call: str) -> dict[str, Path]:
+    """The first (by run id) of a release's committed records of one call of the sixth
+    generation, as a probe's records."""
+    return {KERNELS_RECORD: sorted((GEN6 / call).glob(f"kernels__suite__{version}__*.json"))[0]}
+
+
+def test_real_records_give_a_baseline_and_find_0_1_13s_o_proj_regression() -> None:
+    # Every real release has cases out of tolerance or not bit-identical on relaunch: the
+    # baseline lists them and is compared with, not refused.
+    judge = KernelJudge()
+    assert judge.alone(_real("0.1.12", "call3")) == Judgement(
+        Verdict.GOOD, "baseline kernels: 46 ok, 7 fail, 31 nondeterministic"
+    )
+    worse = judge(_real("0.1.12", "call3"), _real("0.1.13", "call3"))
+    assert (worse.verdict, worse.summary) == (
+        Verdict.BAD,
+        "kernels: 5 of 336 case/batch results worse: "
+        "o-awq-int4-bf16-2048x4096 m=1 worse (rel. error +0.00243), "
+        "o-awq-int4-bf16-2048x4096 m=16 worse (rel. error +0.0022), "
+        "o-gptq-int4-g128-bf16-2048x4096 m=1 worse (rel. error +0.00205), "
+        "o-gptq-int4-g128-bf16-2048x4096 m=16 worse (rel. error +0.00191), "
+        "o-mxfp4-bf16-2048x4096 m=16 worse (rel. error +0.00214)",
+    )
+    # 0.1.13 -> 0.1.14 retiles much (118 pairs `changed` in the README) and breaks nothing.
+    good = judge(_real("0.1.13", "call3"), _real("0.1.14", "call2"))
+    assert (good.verdict, good.summary) == (
+        Verdict.GOOD,
+        "kernels: no regression in 336 case/batch results",
+    )
+
+
+def test_a_baseline_that_gave_no_numbers_cannot_be_compared_with(tmp_path: Path) -> None:
+    run = SuiteRun(
+        results=(
+            {"case": {"name": "dense"}, "state": "unsupported", "batches": []},
+            {"case": {"name": "moe"}, "state": "crash", "batches": []},
+        )
+    )
+    record = build_record(
+        run,
+        Settings((16, 64), 10, 3, 0, 60.0),
+        {"humming_kernels": "0.1.2", "session": "kernels-0.1.2", "gpu": None},
+        new_run_id(),
+        utc_now_iso(),
+    )
+    path = write_record(tmp_path, record)
+    assert KernelJudge().alone({KERNELS_RECORD: path}) == Judgement(
+        Verdict.BAD, "baseline kernels: no case gave numbers (1 unsupported, 1 crash)"
+    )

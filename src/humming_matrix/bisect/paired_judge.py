@@ -8,6 +8,7 @@ a backstop). "Inconclusive" is not bad: bisect must not blame a version on noise
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from humming_matrix.judge.compare import (
     points,
 )
 from humming_matrix.kernels.judge import CaseState, CaseVerdict, compare_kernel_records
-from humming_matrix.kernels.record import load_kernel_record, overall_state
+from humming_matrix.kernels.record import load_kernel_record
 from humming_matrix.matrix.cells import Cell
 from humming_matrix.store.results import load_gsm8k_record
 from humming_matrix.suite.server_log import StartupPhase
@@ -199,11 +200,19 @@ class KernelJudge:
         )
 
     def alone(self, records: Mapping[str, Path]) -> Judgement:
-        """The baseline's own cases must be within tolerance (ok or unsupported)."""
-        state = overall_state(load_kernel_record(records[KERNELS_RECORD]))
-        if state in (CaseState.OK, CaseState.UNSUPPORTED):
-            return Judgement(Verdict.GOOD, f"baseline kernels: worst case state {state.value}")
-        return Judgement(Verdict.BAD, f"baseline kernels: worst case state {state.value}")
+        """The baseline must give numbers to compare with; its own failures are listed, not held
+        against it. Every release on the index has cases out of tolerance or not bit-identical on
+        relaunch (results/h200/README.md), so demanding a clean baseline would refuse every real
+        bisect; against the baseline a case already failing is `still-broken` unless it gets
+        worse."""
+        record = load_kernel_record(records[KERNELS_RECORD])
+        counts = Counter(CaseState(c["state"]) for c in record["cases"])
+        shown = ", ".join(
+            f"{n} {state.value}" for state, n in sorted(counts.items(), key=lambda i: i[0].severity)
+        )
+        if not any(state.produced_numbers for state in counts):
+            return Judgement(Verdict.BAD, f"baseline kernels: no case gave numbers ({shown})")
+        return Judgement(Verdict.GOOD, f"baseline kernels: {shown}")
 
 
 def _divergence_evidence(c: ConfigDivergence) -> dict[str, Any]:
