@@ -6,26 +6,18 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.unit.test_h200_kernels_table import REPO, generated
+
 RESULTS = REPO / "results" / "h200"
 # 0.1.20's 8 MXFP4 cases of the fourth generation's third call, run once per record.
 RECORD = RESULTS / "gen4" / "call3" / "kernels__suite__0.1.20__20261204T140147Z-vm-54678b.json"
 
 
 def _generated(root: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "h200-kernels" / "releases.py"), str(root)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
-    return done.stdout
+    return generated(root, "releases.py")
 
 
 def _table(text: str, heading: str) -> list[str]:

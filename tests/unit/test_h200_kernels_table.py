@@ -15,9 +15,10 @@ GEN4 = REPO / "results" / "h200" / "gen4"
 GEN6 = REPO / "results" / "h200" / "gen6"
 
 
-def _generated(folder: Path) -> str:
+def generated(folder: Path, script: str = "table.py") -> str:
+    """What a tools/h200-kernels script prints for `folder`, run as its README says."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "h200-kernels" / "table.py"), str(folder)],
+        [sys.executable, str(REPO / "tools" / "h200-kernels" / script), str(folder)],
         capture_output=True,
         text=True,
         check=True,
@@ -28,7 +29,7 @@ def _generated(folder: Path) -> str:
 
 def test_the_committed_readme_is_the_generated_one() -> None:
     text = (GEN2 / "README.md").read_text()
-    assert _generated(GEN2) == text
+    assert generated(GEN2) == text
     # 0.1.8 gives NaN/Inf in the GPTQ dense layer (call 3), and 0.1.11 cannot compile MXFP4 with
     # bf16 activations: both are in the release-to-release table.
     assert (
@@ -42,7 +43,7 @@ def test_the_committed_readme_is_the_generated_one() -> None:
 
 def test_the_third_generation_readme_is_generated_and_says_what_its_records_say() -> None:
     text = (GEN3 / "README.md").read_text()
-    assert _generated(GEN3) == text
+    assert generated(GEN3) == text
     # Every run complete with all 38 cases; the two runs of one release agree case for case.
     assert "| 0.1.20 | call1/1b0d48 | yes | 15 | 12 | 11 | 0 | 0 | 0 | 0 | 0 |" in text
     assert "| 0.1.20 | call1/4a1d12 | yes | 15 | 12 | 11 | 0 | 0 | 0 | 0 | 0 |" in text
@@ -56,7 +57,7 @@ def test_the_third_generation_readme_is_generated_and_says_what_its_records_say(
 
 def test_the_fourth_generation_readme_is_generated_and_says_what_its_records_say() -> None:
     text = (GEN4 / "README.md").read_text()
-    assert _generated(GEN4) == text
+    assert generated(GEN4) == text
     # The default screen of 0.1.20: all 84 cases within the bound, 39 not bit-identical on
     # relaunch; its compiles are most of the workers' seconds.
     assert "| 0.1.20 | call1/130c3d | yes | 45 | 0 | 39 | 0 | 0 | 0 | 0 | 0 | 73 | 1190 |" in text
@@ -72,7 +73,7 @@ def test_the_fourth_generation_readme_is_generated_and_says_what_its_records_say
 
 def test_the_sixth_generation_readme_names_its_gpus_and_says_what_its_records_say() -> None:
     text = (GEN6 / "README.md").read_text()
-    assert _generated(GEN6) == text
+    assert generated(GEN6) == text
     # Call 1 ran on an H100, calls 2 - 4 on an H200 (the lent machine is whichever comes): the
     # title says so, from the records.
     title = "# Kernel tier on the H100 80GB HBM3 and the H200: the records of gen6\n"

@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
+from table import gpu_label, worst_units  # this folder's per-generation tables
 
-from humming_matrix.kernels.assess import CaseState, assess_batch, num, out_of_tolerance
+from humming_matrix.kernels.assess import CaseState, assess_batch, out_of_tolerance
 from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.record import gpu_name, humming_version, load_kernel_record
+from humming_matrix.kernels.record import humming_version, load_kernel_record
 
 Record = Mapping[str, Any]
 BROKEN = (CaseState.NONFINITE, CaseState.ERROR, CaseState.CRASH, CaseState.HANG)
-UNITS = ("err_units", "worst_channel_units", "worst_expert_units")
 
 
 class Run:
@@ -52,7 +52,7 @@ class Run:
         self.generation = parts[0]
         self.call = parts[1] if len(parts) > 2 else ""
         self.version = str(humming_version(self.record))
-        self.gpu = (gpu_name(self.record) or "?").removeprefix("NVIDIA ")
+        self.gpu = gpu_label(self.record)
         self.cases = {str(c["name"]): c for c in self.record["cases"]}
 
 
@@ -72,11 +72,6 @@ def evidence(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
                 current = None
             chosen[key] = [*(current or []), run]
     return chosen
-
-
-def _units(batch: Mapping[str, Any]) -> float | None:
-    values = [num(v) for key in UNITS for v in batch.get(key, []) or []]
-    return max(values) if values else None
 
 
 def _fmt(units: float) -> str:
@@ -100,10 +95,10 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str] | None:
             states.append(state)
             if state is CaseState.FAIL or state in BROKEN:
                 failing.add(int(batch["m"]))
-                value = _units(batch)
+                value = worst_units(batch)
                 if state is CaseState.FAIL and value is not None:
                     units.append(value)
-                elif state is not CaseState.FAIL or value is None:
+                else:
                     reasons.append(
                         str(batch.get("error") or out_of_tolerance(batch) or state.value)
                     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,12 @@ from humming_matrix.kernels.judge import (
 from humming_matrix.kernels.record import gpu_name, humming_version, load_kernel_record
 
 
-def _units(batch: dict[str, Any]) -> float | None:
+def gpu_label(record: Mapping[str, Any]) -> str:
+    """The record's GPU model as the tables name it ("H200"; "?" where unrecorded)."""
+    return (gpu_name(record) or "?").removeprefix("NVIDIA ")
+
+
+def worst_units(batch: Mapping[str, Any]) -> float | None:
     """The worst unit error under the current bound (None for records under another rule)."""
     if batch.get("bound") not in BOUNDS:
         return None
@@ -61,7 +67,7 @@ def _cell(case: dict[str, Any] | None) -> str:
         return str(state.value)
     states = [assess_batch(b) for b in batches]
     worst = max(states, key=lambda s: s.severity)
-    units = [u for u in (_units(b) for b in batches if not b.get("error")) if u is not None]
+    units = [u for u in (worst_units(b) for b in batches if not b.get("error")) if u is not None]
     text = worst.value
     if units:
         top = max(units)
@@ -127,7 +133,7 @@ def main(argv: list[str]) -> int:
         for case in records[path]["cases"]:
             if case["name"] not in cases:
                 cases.append(case["name"])
-    gpus = sorted({(gpu_name(r) or "?").removeprefix("NVIDIA ") for r in records.values()})
+    gpus = sorted({gpu_label(r) for r in records.values()})
     out = [
         f"# Kernel tier on the {' and the '.join(gpus)}: the records of {root.name}",
         "",
