@@ -16,6 +16,10 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
       "error"           a batch raised (the real worker then exits; so does this one)
       "hang"            sleeps forever after the start event (with a child in its group)
       "crash"           exits with status 7 after the start event
+      "raise"           raises RuntimeError("CUDA error: an illegal memory access was
+                        encountered") after the start event, uncaught: Python prints the
+                        traceback to the log and exits with status 1, as the real worker does
+                        when a CUDA error surfaces outside a batch
     (a case not named is "ok")
   rel_err: float                      the rel_err of "ok" batches (default 1e-3)
   time_ms: float                      median time of every batch (default 1.0)
@@ -80,6 +84,8 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
             time.sleep(3600)
         if behaviour == "crash":
             os._exit(7)
+        if behaviour == "raise":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         time.sleep(float(policy.get("case_seconds", 0.0)))
         result: dict[str, Any] = {"case": case, "batches": []}
         if behaviour == "unsupported":

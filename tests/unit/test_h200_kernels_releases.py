@@ -61,6 +61,17 @@ def test_the_committed_index_is_the_generated_one() -> None:
     fixed = [r for r in changes if "| 0.1.19 | 0.1.20 | fixed |" in r]
     assert len(fixed) == 19
     assert all("| not compared (different calls) |" in r for r in fixed)
+    # 0.1.8 gives NaN/Inf or garbage in 70 of the 82 cases it ran (every scheme; its cases 67 and
+    # 68 are the ones the deadline left unrun), and 0.1.9 repairs it.
+    assert "| 0.1.8 | 82 | 82 | gen6 82 | H200 | 12 | 0 | 0 | 70 |" in coverage
+    assert len([r for r in changes if "| 0.1.7 | 0.1.8 | newly-broken |" in r]) == 194
+    assert len([r for r in changes if "| 0.1.8 | 0.1.9 | fixed |" in r]) == 146
+    # A crash names the CUDA error its worker's log ends on, read from the record's log tail.
+    assert (
+        "| 0.1.7 | qkv-awq-int4-bf16-5120x2048 | crash |  | worker exited with status 1 during the"
+        " case: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+        " | gen6 |"
+    ) in problems
 
 
 def test_each_case_takes_the_newest_generation_that_ran_it(tmp_path: Path) -> None:

@@ -120,6 +120,22 @@ def test_a_crash_mid_case_is_recorded_with_status_and_log(
     assert run.launches == 2
 
 
+def test_a_crash_with_a_traceback_names_its_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch, cases={NAMES[1]: "raise"})
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
+    assert run.results[1]["state"] == "crash"
+    assert run.results[1]["reason"] == (
+        "worker exited with status 1 during the case: "
+        "RuntimeError: CUDA error: an illegal memory access was encountered"
+    )
+    assert run.results[1]["log_tail"].startswith("Traceback (most recent call last):")
+    # The other cases ran, the next one in a fresh worker.
+    assert [len(r["batches"]) for r in (run.results[0], *run.results[2:])] == [2, 2, 2]
+    assert run.launches == 2
+
+
 def test_after_a_case_that_raised_a_fresh_worker_takes_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

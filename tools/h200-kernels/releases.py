@@ -37,7 +37,7 @@ from table import gpu_label, worst_units  # this folder's per-generation tables
 from humming_matrix.kernels.assess import CaseState, assess_batch, out_of_tolerance
 from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.record import humming_version, load_kernel_record
+from humming_matrix.kernels.record import case_reason, humming_version, load_kernel_record
 
 Record = Mapping[str, Any]
 BROKEN = (CaseState.NONFINITE, CaseState.ERROR, CaseState.CRASH, CaseState.HANG)
@@ -89,7 +89,7 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str] | None:
         batches = case.get("batches") or []
         if not batches:
             states.append(CaseState(case["state"]))
-            reasons.append(str(case.get("reason") or case["state"]))
+            reasons.append(case_reason(case) or str(case["state"]))
         for batch in batches:
             state = assess_batch(batch)
             states.append(state)

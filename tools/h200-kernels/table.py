@@ -39,6 +39,7 @@ from humming_matrix.kernels.judge import (
     compare_kernel_records,
 )
 from humming_matrix.kernels.record import gpu_name, humming_version, load_kernel_record
+from humming_matrix.kernels.watchdog import crash_cause
 
 
 def gpu_label(record: Mapping[str, Any]) -> str:
@@ -64,7 +65,8 @@ def _cell(case: dict[str, Any] | None) -> str:
     if not batches:
         if state in (CaseState.UNSUPPORTED, CaseState.ERROR):
             return f"cannot build: {str(case.get('reason', ''))[:60]}"
-        return str(state.value)
+        cause = crash_cause(str(case.get("log_tail") or ""))
+        return str(state.value) if cause is None else f"{state.value}: {cause[:80]}"
     states = [assess_batch(b) for b in batches]
     worst = max(states, key=lambda s: s.severity)
     units = [u for u in (worst_units(b) for b in batches if not b.get("error")) if u is not None]

@@ -47,7 +47,12 @@ from humming_matrix.kernels.assess import (
     assess_case,
     num,
 )
-from humming_matrix.kernels.record import check_kernel_record, gpu_name, load_kernel_record
+from humming_matrix.kernels.record import (
+    case_reason,
+    check_kernel_record,
+    gpu_name,
+    load_kernel_record,
+)
 
 __all__ = [
     "REL_TOLERANCE",
@@ -296,7 +301,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                 key = (name, None)
                 slot = acc.setdefault(key, {"states": [], "reason": None})
                 slot["states"].append(state)
-                slot["reason"] = case.get("reason")
+                slot["reason"] = case_reason(case)
                 continue
             for batch in batches:
                 key = (name, int(batch["m"]))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.kernels.assess import CaseState, assess_case
-from humming_matrix.kernels.watchdog import SuiteRun
+from humming_matrix.kernels.watchdog import SuiteRun, crash_cause
 from humming_matrix.store.kernels import KERNEL_RECORD, Settings
 from humming_matrix.store.records import read_json
 from humming_matrix.store.results import (
@@ -108,6 +108,18 @@ def humming_version(record: Mapping[str, Any]) -> str | None:
     env = record.get("environment", {})
     value = env.get("humming_kernels") if isinstance(env, dict) else None
     return str(value) if value is not None else None
+
+
+def case_reason(case: Mapping[str, Any]) -> str | None:
+    """Why a case gave no numbers, as its record says, with a crash's cause read from its log
+    tail where the reason lacks it (records written before the watchdog put it there)."""
+    reason = case.get("reason")
+    if reason is None:
+        return None
+    cause = crash_cause(str(case.get("log_tail") or ""))
+    if cause is None or cause in str(reason):
+        return str(reason)
+    return f"{reason}: {cause}"
 
 
 def gpu_name(record: Mapping[str, Any]) -> str | None:

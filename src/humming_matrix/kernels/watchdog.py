@@ -31,6 +31,8 @@ from humming_matrix.process_group import stop_group
 
 DEFAULT_WORKER: tuple[str, ...] = (sys.executable, "-m", "humming_matrix.kernels.runner")
 LOG_TAIL_CHARS = 3000
+# A crash's cause, in its reason: enough for a CUDA error's message, short enough for a table.
+CAUSE_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -271,12 +273,13 @@ class Watchdog:
         if p.import_error is not None:
             return
         status = lane.proc.returncode
+        tail = _tail(lane.log_path)
         if lane.current is not None and lane.current not in p.results:
             p.results[lane.current] = {
                 "case": plan["cases"][lane.current],
                 "state": "crash",
-                "reason": f"worker exited with status {status} during the case",
-                "log_tail": _tail(lane.log_path),
+                "reason": _crashed(f"worker exited with status {status} during the case", tail),
+                "log_tail": tail,
                 "batches": [],
             }
             return
@@ -289,8 +292,10 @@ class Watchdog:
             p.results[index] = {
                 "case": plan["cases"][index],
                 "state": "crash",
-                "reason": f"worker exited with status {status} before the case began",
-                "log_tail": _tail(lane.log_path),
+                "reason": _crashed(
+                    f"worker exited with status {status} before the case began", tail
+                ),
+                "log_tail": tail,
                 "batches": [],
             }
 
@@ -303,6 +308,24 @@ class Watchdog:
 
 def _moot(plan: dict[str, Any], index: int, reason: str) -> dict[str, Any]:
     return {"case": plan["cases"][index], "state": "unsupported", "reason": reason, "batches": []}
+
+
+def crash_cause(log_tail: str) -> str | None:
+    """The exception a dead worker's log ends on (`torch.AcceleratorError: CUDA error: an
+    illegal memory access was encountered`): the first unindented line after its last
+    traceback header. None where the log holds no traceback (a signal kills without one)."""
+    _, header, after = log_tail.rpartition("Traceback (most recent call last):")
+    if not header:
+        return None
+    for line in after.splitlines():
+        if line.strip() and not line[0].isspace():
+            return line.strip()[:CAUSE_CHARS]
+    return None
+
+
+def _crashed(what: str, tail: str) -> str:
+    cause = crash_cause(tail)
+    return what if cause is None else f"{what}: {cause}"
 
 
 def _tail(path: Path) -> str:

@@ -28,7 +28,7 @@ from humming_matrix.kernels.judge import (
     compare_kernel_records,
     speed_change,
 )
-from humming_matrix.kernels.record import load_kernel_record
+from humming_matrix.kernels.record import case_reason, load_kernel_record
 from humming_matrix.report.rows import choose_baseline, version_key
 from humming_matrix.store.results import RecordKind, record_paths
 
@@ -234,7 +234,7 @@ def _cells(record: Mapping[str, Any]) -> dict[str, KernelCell]:
         timed = [b for b in case.get("batches", []) if isinstance(b.get("time"), dict)]
         last = max(timed, key=lambda b: int(b["m"])) if timed else None
         errors = [str(b["error"]) for b in case.get("batches", []) if b.get("error")]
-        reason = case.get("reason") or (errors[0] if errors else None)
+        reason = case_reason(case) or (errors[0] if errors else None)
         cells[str(case["name"])] = KernelCell(
             CaseState(case["state"]),
             None if last is None else int(last["m"]),
