@@ -42,12 +42,14 @@ def test_the_committed_index_is_the_generated_one() -> None:
     text = (RESULTS / "README.md").read_text()
     assert _generated(RESULTS) == text
     coverage = _table(text, "## 1. Coverage")
-    assert "| 0.1.20 | 84 | 84 | gen4 84 | H200 | 1 | 39 | 0 | 0 |" in coverage
-    assert "| 0.1.0 | 2 | 0 | gen2 2 | H200 | 0 | 1 | 0 | 1 |" in coverage
-    assert "| 0.1.12 | 84 | 84 | gen6 84 | H200 | 14 | 31 | 0 | 0 |" in coverage
+    assert "| 0.1.20 | 84 | 84 | gen4 84 | H200 | 1 | 39 | 0 | 0 | - | - |" in coverage
+    assert "| 0.1.0 | 2 | 0 | gen2 2 | H200 | 0 | 1 | 0 | 1 | 2-4, 6-84 | 1, 5 |" in coverage
+    assert "| 0.1.12 | 84 | 84 | gen6 84 | H200 | 14 | 31 | 0 | 0 | - | - |" in coverage
     # The sixth generation's first call (an H100) ran 0.1.14's cases 1 - 40 once, its second (an
     # H200) cases 41 - 84 twice.
-    assert "| 0.1.14 | 84 | 44 | gen6 84 | H100 80GB HBM3, H200 | 9 | 26 | 0 | 0 |" in coverage
+    assert (
+        "| 0.1.14 | 84 | 44 | gen6 84 | H100 80GB HBM3, H200 | 9 | 26 | 0 | 0 | - | 1-40 |"
+    ) in coverage
     problems = _table(text, "## 2. Out of tolerance")
     assert (
         "| 0.1.12 | qkv-gptq-int4-g128-bf16-5120x2048 | fail | 2048 | 363.85 - 980.47u | gen6 |"
@@ -61,9 +63,9 @@ def test_the_committed_index_is_the_generated_one() -> None:
     fixed = [r for r in changes if "| 0.1.19 | 0.1.20 | fixed |" in r]
     assert len(fixed) == 19
     assert all("| not compared (different calls) |" in r for r in fixed)
-    # 0.1.8 gives NaN/Inf or garbage in 70 of the 82 cases it ran (every scheme; its cases 67 and
-    # 68 are the ones the deadline left unrun), and 0.1.9 repairs it.
-    assert "| 0.1.8 | 82 | 82 | gen6 82 | H200 | 12 | 0 | 0 | 70 |" in coverage
+    # 0.1.8 gives NaN/Inf or cannot compile in 70 of the 82 cases it ran and fails the other 12
+    # (every scheme); cases 67 and 68 are the ones its cut runs left unrun. 0.1.9 repairs it.
+    assert "| 0.1.8 | 82 | 82 | gen6 82 | H200 | 12 | 0 | 0 | 70 | 67-68 | - |" in coverage
     assert len([r for r in changes if "| 0.1.7 | 0.1.8 | newly-broken |" in r]) == 194
     assert len([r for r in changes if "| 0.1.8 | 0.1.9 | fixed |" in r]) == 146
     # A crash names the CUDA error its worker's log ends on, read from the record's log tail.
@@ -86,8 +88,8 @@ def test_each_case_takes_the_newest_generation_that_ran_it(tmp_path: Path) -> No
     # on relaunch there.
     assert _table(text, "## 1. Coverage") == [
         "| humming | cases | A/A | from | GPU | out of tolerance | not bit-identical | "
-        "cannot build | broken |",
-        "| 0.1.20 | 8 | 0 | gen9 1, gen2 7 | H200 | 1 | 3 | 0 | 0 |",
+        "cannot build | broken | not run | no A/A |",
+        "| 0.1.20 | 8 | 0 | gen9 1, gen2 7 | H200 | 1 | 3 | 0 | 0 | 1-76 | 77-84 |",
     ]
     assert _table(text, "## 2. Out of tolerance")[1:] == [
         "| 0.1.20 | qkv-mxfp4-fp8-e4m3-5120x2048 | fail | 1, 16, 128, 2048 | 1.10 - 1.40u | gen9 |"

@@ -11,7 +11,8 @@ case are superseded. Every batch is re-judged by the product's kernel judge. Tab
 
 1. coverage per release: the suite's cases with evidence, those run at least twice in one call
    (an A/A pair), which generations and GPUs the evidence comes from, and how many cases are out
-   of tolerance, not bit-identical on relaunch, cannot build, or broke otherwise;
+   of tolerance, not bit-identical on relaunch, cannot build, or broke otherwise; and which cases
+   (suite order, as `sweep.sh` tags take them) have no evidence yet or no A/A pair;
 2. per release, every case out of tolerance or broken: the batch sizes and the worst units (or
    the error), from the newest evidence;
 3. release to release: each release against the previous release that ran the case, every
@@ -122,6 +123,17 @@ def _aa(runs: list[Run]) -> bool:
     return max(calls.values()) >= 2
 
 
+def _spans(indices: list[int]) -> str:
+    """`[1, 2, 3, 7, 9, 10]` as `1-3, 7, 9-10`; `-` for none."""
+    spans: list[list[int]] = []
+    for i in indices:
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans) or "-"
+
+
 def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
     suite = [c.name for c in SUITE]
     out = [
@@ -129,11 +141,13 @@ def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> 
         "",
         f"Of the current suite's {len(suite)} cases (`humming_matrix.kernels.models.SUITE`): "
         "those with evidence, those run twice in one call (A/A), the generations and GPUs the "
-        "evidence comes from, and the cases in each state of table 2.",
+        "evidence comes from, and the cases in each state of table 2; `not run` and `no A/A` "
+        "name the cases (1-based, in suite order: what `sweep.sh`'s `VERSION@FIRST-LAST` tags "
+        "take) still without evidence, or with runs of different calls only.",
         "",
         "| humming | cases | A/A | from | GPU | out of tolerance | not bit-identical | "
-        "cannot build | broken |",
-        "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+        "cannot build | broken | not run | no A/A |",
+        "| --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for version in versions:
         have = [n for n in suite if (version, n) in chosen]
@@ -158,10 +172,13 @@ def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> 
             f"{g} {n}" for g, n in sorted(gens.items(), key=lambda kv: -_generation_order(kv[0]))
         )
         broken = sum(counts[s.value] for s in BROKEN)
+        paired = [n for n in have if _aa(chosen[(version, n)])]
+        missing = [i for i, n in enumerate(suite, 1) if n not in have]
+        single = [i for i, n in enumerate(suite, 1) if n in have and n not in paired]
         out.append(
-            f"| {version} | {len(have)} | {sum(_aa(chosen[(version, n)]) for n in have)} | "
+            f"| {version} | {len(have)} | {len(paired)} | "
             f"{where} | {', '.join(sorted(gpus))} | {counts[CaseState.FAIL.value]} | {nondet} | "
-            f"{counts['cannot build']} | {broken} |"
+            f"{counts['cannot build']} | {broken} | {_spans(missing)} | {_spans(single)} |"
         )
     return [*out, ""]
 
