@@ -68,6 +68,13 @@ def test_the_committed_index_is_the_generated_one() -> None:
     assert "| 0.1.8 | 82 | 82 | gen6 82 | H200 | 12 | 0 | 0 | 70 | 67-68 | - |" in coverage
     assert len([r for r in changes if "| 0.1.7 | 0.1.8 | newly-broken |" in r]) == 194
     assert len([r for r in changes if "| 0.1.8 | 0.1.9 | fixed |" in r]) == 146
+    # A case that crashed as a whole is judged at each batch size: gen2's crowded call 3 ran 0.1.4
+    # out of GPU memory on gpt-oss's MoE, which 0.1.3 had run.
+    assert (
+        "| moe-gate-up-mxfp4-bf16-5760x2880-e32k4 | 1 | 0.1.3 | 0.1.4 | newly-broken | unknown |"
+        " worker exited with status 1 during the case: torch.OutOfMemoryError: CUDA out of memory."
+        " Tried to allocate 1.98 GiB. GPU |"
+    ) in changes
     # A crash names the CUDA error its worker's log ends on, read from the record's log tail.
     assert (
         "| 0.1.7 | qkv-awq-int4-bf16-5120x2048 | crash |  | worker exited with status 1 during the"

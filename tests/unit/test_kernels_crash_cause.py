@@ -1,5 +1,6 @@
-"""A crashed case's cause, read from its worker's log tail: at record time (the watchdog) and for
-records written before the watchdog put it in the reason (`case_reason`)."""
+"""A crashed case: its cause, read from its worker's log tail at record time (the watchdog) and
+for records written before the watchdog put it in the reason (`case_reason`); and how the judge
+holds it against the batch sizes the other release ran."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from humming_matrix.cli import main
+from humming_matrix.kernels.judge import Verdict, compare_kernel_records
 from humming_matrix.kernels.record import case_reason
 from humming_matrix.kernels.watchdog import crash_cause
 
@@ -74,3 +76,18 @@ def test_the_junit_report_of_an_old_record_names_the_crash_cause(tmp_path: Path)
         "qkv-awq-int4-bf16-5120x2048 on humming-kernels 0.1.7 (baseline): crash (worker exited"
         f" with status 1 during the case: {ILLEGAL_ACCESS})"
     )
+
+
+def test_a_crash_is_judged_at_each_batch_size_the_other_release_ran() -> None:
+    # 0.1.7 crashes on the AWQ q/k/v layer; 0.1.8 runs it and gives NaN at every batch size:
+    # still broken at each, not a `missing` row beside four `new` ones.
+    nan_release = (
+        RESULTS / "gen6" / "call6" / "kernels__suite__0.1.8__20261206T044739Z-vm-635b64.json"
+    )
+    cmp = compare_kernel_records([RECORD], [nan_release])
+    rows = [(v.m, v.verdict) for v in cmp.verdicts if v.case == "qkv-awq-int4-bf16-5120x2048"]
+    assert rows == [(m, Verdict.STILL_BROKEN) for m in (1, 16, 128, 2048)]
+    # ... and the other way round, 0.1.8's NaN before 0.1.7's crash is still broken too.
+    back = compare_kernel_records([nan_release], [RECORD])
+    rows = [(v.m, v.verdict) for v in back.verdicts if v.case == "o-awq-int4-bf16-2048x4096"]
+    assert rows == [(m, Verdict.STILL_BROKEN) for m in (1, 16, 128, 2048)]

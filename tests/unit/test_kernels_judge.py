@@ -144,11 +144,39 @@ def test_hang_or_build_failure_after_good_numbers_is_newly_broken() -> None:
     cand = _record("0.1.6", {"a": "hang", "b": [{"m": 64, "error": "RuntimeError: CUDA error"}]})
     cmp = compare_kernel_records([base], [cand])
     by_case = {(v.case, v.m): v for v in cmp.verdicts}
-    assert by_case[("a", 64)].verdict is Verdict.MISSING
-    assert by_case[("a", None)].verdict is Verdict.NEW
+    # A case that hung as a whole is judged at the batch size the baseline ran, not split into a
+    # `missing` and a `new` row that no gate fails.
+    assert set(by_case) == {("a", 64), ("b", 64)}
+    assert by_case[("a", 64)].verdict is Verdict.NEWLY_BROKEN
+    assert by_case[("a", 64)].note == "hang reason"
     assert by_case[("b", 64)].verdict is Verdict.NEWLY_BROKEN
     assert by_case[("b", 64)].note == "RuntimeError: CUDA error"
     assert cmp.exit_code == 1
+
+
+def test_a_crash_alone_fails_the_comparison_and_its_repair_is_fixed() -> None:
+    good = _record("0.1.5", {"a": [_batch(), _batch(m=2048)]})
+    crashed = _record("0.1.6", {"a": "crash"})
+    broke = compare_kernel_records([good], [crashed])
+    assert [(v.m, v.verdict, v.note) for v in broke.verdicts] == [
+        (64, Verdict.NEWLY_BROKEN, "crash reason"),
+        (2048, Verdict.NEWLY_BROKEN, "crash reason"),
+    ]
+    assert broke.exit_code == 1
+    repaired = compare_kernel_records([crashed], [good])
+    assert [(v.m, v.verdict) for v in repaired.verdicts] == [
+        (64, Verdict.FIXED),
+        (2048, Verdict.FIXED),
+    ]
+    assert repaired.exit_code == 0
+    # Pooled runs of one side: a run that crashed the case counts against every batch size,
+    # those the side's other run gave and those only the baseline ran.
+    flaky = compare_kernel_records([good], [crashed, _record("0.1.6", {"a": [_batch()]})])
+    assert [(v.m, v.verdict) for v in flaky.verdicts] == [
+        (64, Verdict.NEWLY_BROKEN),
+        (2048, Verdict.NEWLY_BROKEN),
+    ]
+    assert flaky.exit_code == 1
 
 
 def test_a_whole_case_broken_on_both_sides_is_still_broken_and_fixed_is_fine() -> None:

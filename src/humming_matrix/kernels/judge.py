@@ -33,7 +33,7 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -450,7 +450,9 @@ def compare_kernel_records(
         raise RecordError("<kernels>", None, "comparison needs at least one record per side")
     base_records = [_load(r) for r in baseline]
     cand_records = [_load(r) for r in candidate]
-    base, cand = _pool(base_records), _pool(cand_records)
+    pooled_base, pooled_cand = _pool(base_records), _pool(cand_records)
+    base = _spread_whole_cases(pooled_base, pooled_cand)
+    cand = _spread_whole_cases(pooled_cand, pooled_base)
     warnings = []
     for side_name, records in (("baseline", base_records), ("candidate", cand_records)):
         versions = {str(r.get("environment", {}).get("humming_kernels")) for r in records}
@@ -475,6 +477,31 @@ def compare_kernel_records(
         fail_on_slowdown=fail_on_slowdown,
         warnings=tuple(warnings),
     )
+
+
+def _spread_whole_cases(
+    side: dict[tuple[str, int | None], Side], other: dict[tuple[str, int | None], Side]
+) -> dict[tuple[str, int | None], Side]:
+    """A case that gave no batches on this side (crash, hang, cannot build) stands for each batch
+    size of the case, so it is judged against each: `newly-broken` after the other side's
+    numbers, `fixed` or `still-broken` before them, never a `missing` row beside a `new` one
+    (which no gate fails). The sizes are those either side ran; where other runs of this side
+    gave batches, the whole-case state counts as the worst of each."""
+    out = dict(side)
+    for (name, m), whole in side.items():
+        if m is not None:
+            continue
+        sizes = sorted({k for k in (*side, *other) if k[0] == name and k[1] is not None})
+        if not sizes:
+            continue
+        del out[(name, None)]
+        for key in sizes:
+            have = out.get(key)
+            if have is None:
+                out[key] = whole
+            elif whole.state.severity > have.state.severity:
+                out[key] = replace(have, state=whole.state, reason=whole.reason)
+    return out
 
 
 def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
