@@ -324,3 +324,28 @@ def test_report_command_on_a_store_of_kernel_records_only(
         "humming-matrix: error: --baseline 9.9: no kernel records of that humming-kernels version"
     )
     assert err.count("\n") == 1
+
+
+def test_a_release_split_over_partial_runs_shows_and_fails_every_case(tmp_path: Path) -> None:
+    # gen6: the deadline cut 0.1.9's run at 74 of 84 cases (call 6), a later call ran 75 - 84.
+    # Each case's cell comes from the newest run that ran it, so a failure only the older run
+    # holds (the FP8-channel gate/up corrupted at 2048 tokens) still shows and counts.
+    gen6 = H200.parent / "gen6"
+    for path in (
+        gen6 / "call7" / "kernels__suite__0.1.7__20261206T045559Z-vm-8b3a0e.json",
+        gen6 / "call6" / "kernels__suite__0.1.9__20261206T044739Z-vm-906587.json",
+        gen6 / "call7" / "kernels__suite__0.1.9__20261206T044937Z-vm-68ea51.json",
+    ):
+        shutil.copy(path, tmp_path / path.name)
+    assert main(["report", str(tmp_path), "--markdown", str(tmp_path / "r.md")]) == 0
+    text = (tmp_path / "r.md").read_text()
+    # 0.1.7's 10 fail + 4 error + 2 crash, and 0.1.9's 5 fail + 4 error (call 6) + 2 fail (call 7),
+    # as the records' own states count them.
+    assert (
+        "**27 failing** of 168 results (84 cases x 2 environments), 0 of them regressions" in text
+    )
+    assert "| not run |" not in text
+    assert (
+        "| ❌ | gate-up-fp8-channel-fp8-e4m3-17920x1536 | 0.1.9 | kernels-0.1.9 | fail 0.148 ms |"
+        " same |  |"
+    ) in text

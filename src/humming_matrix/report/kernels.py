@@ -99,11 +99,12 @@ class KernelCell:
 
 @dataclass(frozen=True)
 class KernelVersion:
-    """One environment: its newest record's cells, and all its records pooled for judging."""
+    """One environment: each case's cell from the newest record that ran it, and all its records
+    pooled for judging."""
 
     cell: RunEnvironment
     runs: tuple[KernelRun, ...]  # oldest first
-    cells: Mapping[str, KernelCell]  # case -> the newest record's cell
+    cells: Mapping[str, KernelCell]  # case -> its cell in the newest record that ran it
     comparison: KernelComparison | None  # vs the baseline; None for the baseline itself
 
     @property
@@ -228,9 +229,12 @@ def load_kernel_runs(store: Path) -> dict[RunEnvironment, list[KernelRun]]:
     }
 
 
-def _cells(record: Mapping[str, Any]) -> dict[str, KernelCell]:
+def _cells(records: Sequence[Mapping[str, Any]]) -> dict[str, KernelCell]:
+    """Per case, its cell in the newest of `records` (oldest first) that ran it: a release's suite
+    may be split over partial runs (a deadline cut one, a later run took the rest), and a case
+    only an older run holds must still show, and fail, in the table."""
     cells = {}
-    for case in record["cases"]:
+    for case in (case for record in records for case in record["cases"]):
         timed = [b for b in case.get("batches", []) if isinstance(b.get("time"), dict)]
         last = max(timed, key=lambda b: int(b["m"])) if timed else None
         errors = [str(b["error"]) for b in case.get("batches", []) if b.get("error")]
@@ -262,7 +266,7 @@ def build_kernel_section(store: Path, baseline_version: str | None) -> KernelSec
             if cell == base_cell
             else compare_kernel_records(base_records, [r.record for r in runs])
         )
-        versions.append(KernelVersion(cell, tuple(runs), _cells(runs[-1].record), comparison))
+        versions.append(KernelVersion(cell, tuple(runs), _cells([r.record for r in runs]), comparison))
     baseline = next(v for v in versions if v.cell == base_cell)
     base_name = base_cell.humming or "?"
     cases: list[str] = []
