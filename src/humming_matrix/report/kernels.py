@@ -266,7 +266,9 @@ def build_kernel_section(store: Path, baseline_version: str | None) -> KernelSec
             if cell == base_cell
             else compare_kernel_records(base_records, [r.record for r in runs])
         )
-        versions.append(KernelVersion(cell, tuple(runs), _cells([r.record for r in runs]), comparison))
+        versions.append(
+            KernelVersion(cell, tuple(runs), _cells([r.record for r in runs]), comparison)
+        )
     baseline = next(v for v in versions if v.cell == base_cell)
     base_name = base_cell.humming or "?"
     cases: list[str] = []
