@@ -109,30 +109,31 @@ def test_a_hung_case_is_a_result_and_the_next_case_runs_in_a_fresh_process(
     assert (tmp_path / "w" / "queue").read_text() == "4"
 
 
-def test_a_crash_mid_case_is_recorded_with_status_and_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("behaviour", "reason"),
+    [
+        # Killed without a traceback: the exit status alone.
+        ("crash", "worker exited with status 7 during the case"),
+        # An uncaught CUDA error: the exception the log ends on names the cause.
+        (
+            "raise",
+            "worker exited with status 1 during the case: "
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+        ),
+    ],
+)
+def test_a_crash_mid_case_is_recorded_with_status_cause_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: str, reason: str
 ) -> None:
-    _policy(monkeypatch, cases={NAMES[0]: "crash"})
+    _policy(monkeypatch, cases={NAMES[0]: behaviour})
     run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
     assert run.results[0]["state"] == "crash"
-    assert run.results[0]["reason"] == "worker exited with status 7 during the case"
+    assert run.results[0]["reason"] == reason
+    traceback = run.results[0]["log_tail"].startswith("Traceback (most recent call last):")
+    assert traceback is (behaviour == "raise")
+    # The other cases ran, in a fresh worker.
     assert [r.get("state") for r in run.results[1:]] == [None, None, None]
-    assert run.launches == 2
-
-
-def test_a_crash_with_a_traceback_names_its_cause(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _policy(monkeypatch, cases={NAMES[1]: "raise"})
-    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(_plan(), tmp_path)
-    assert run.results[1]["state"] == "crash"
-    assert run.results[1]["reason"] == (
-        "worker exited with status 1 during the case: "
-        "RuntimeError: CUDA error: an illegal memory access was encountered"
-    )
-    assert run.results[1]["log_tail"].startswith("Traceback (most recent call last):")
-    # The other cases ran, the next one in a fresh worker.
-    assert [len(r["batches"]) for r in (run.results[0], *run.results[2:])] == [2, 2, 2]
+    assert [len(r["batches"]) for r in run.results[1:]] == [2, 2, 2]
     assert run.launches == 2
 
 

@@ -273,15 +273,12 @@ class Watchdog:
         if p.import_error is not None:
             return
         status = lane.proc.returncode
-        tail = _tail(lane.log_path)
         if lane.current is not None and lane.current not in p.results:
-            p.results[lane.current] = {
-                "case": plan["cases"][lane.current],
-                "state": "crash",
-                "reason": _crashed(f"worker exited with status {status} during the case", tail),
-                "log_tail": tail,
-                "batches": [],
-            }
+            p.results[lane.current] = _crash(
+                plan["cases"][lane.current],
+                f"worker exited with status {status} during the case",
+                lane.log_path,
+            )
             return
         if lane.started or (status == 0 and not queue.remaining()):
             return
@@ -289,15 +286,11 @@ class Watchdog:
         # always advances.
         index = queue.claim()
         if index is not None:
-            p.results[index] = {
-                "case": plan["cases"][index],
-                "state": "crash",
-                "reason": _crashed(
-                    f"worker exited with status {status} before the case began", tail
-                ),
-                "log_tail": tail,
-                "batches": [],
-            }
+            p.results[index] = _crash(
+                plan["cases"][index],
+                f"worker exited with status {status} before the case began",
+                lane.log_path,
+            )
 
     def _keep_finished(self, lanes: list[_Lane]) -> None:
         for lane in lanes:
@@ -323,9 +316,12 @@ def crash_cause(log_tail: str) -> str | None:
     return None
 
 
-def _crashed(what: str, tail: str) -> str:
+def _crash(case: Any, what: str, log_path: Path) -> dict[str, Any]:
+    """A crashed case's result: `what` happened, with the cause its log ends on and the tail."""
+    tail = _tail(log_path)
     cause = crash_cause(tail)
-    return what if cause is None else f"{what}: {cause}"
+    reason = what if cause is None else f"{what}: {cause}"
+    return {"case": case, "state": "crash", "reason": reason, "log_tail": tail, "batches": []}
 
 
 def _tail(path: Path) -> str:
