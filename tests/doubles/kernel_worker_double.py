@@ -15,6 +15,9 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
       "unsupported"     state unsupported, reason "build: NotImplementedError: no such thing"
       "error"           a batch raised (the real worker then exits; so does this one)
       "hang"            sleeps forever after the start event (with a child in its group)
+      "hang-in-turn"    takes a shared turn on the plan's GPU lock, reports its first batch
+                        size a second later, then sleeps forever in the turn (a kernel that
+                        hangs during its checks)
       "crash"           exits with status 7 after the start event
       "raise"           raises RuntimeError("CUDA error: an illegal memory access was
                         encountered") after the start event, uncaught: Python prints the
@@ -27,6 +30,9 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
   pids: path                          append "<pid> <child pid or 0>" at every start, one a line
   env: {...}                          extra fields of the env event
   case_seconds: float                 sleep this long in every "ok" case (workers overlapping)
+  pulse_s: float                      with a GPU lock in the plan, an "ok" case takes its timing
+                                      turn (exclusive) with the product's `gpu_turn` and waiting
+                                      pulse, this often (default the product's)
   die_before_claiming: path           the first worker to find no file there creates it and
                                       exits with status 9 before claiming a case
 """
@@ -42,6 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from humming_matrix.kernels.claims import CaseQueue
+from humming_matrix.kernels.runner import WAIT_PULSE_S, Events, gpu_turn
 
 
 def main() -> int:
@@ -59,9 +66,8 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
         with open(policy["pids"], "a", encoding="utf-8") as fh:
             fh.write(f"{os.getpid()} {child.pid}\n")
 
-    def emit(event: str, **fields: Any) -> None:
-        events.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
-        events.flush()
+    stream = Events(events)
+    emit = stream.emit
 
     emit("env", humming_kernels="0.0.0-double", gpu="double", **policy.get("env", {}))
     if policy.get("import_error"):
@@ -86,7 +92,21 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
             os._exit(7)
         if behaviour == "raise":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        lock = plan.get("gpu_lock")
+        if behaviour == "hang-in-turn":
+            with gpu_turn(lock, exclusive=False):
+                # Its first batch size checked, then stuck: the others have waited a while.
+                time.sleep(1.0)
+                emit("progress", index=index, stage="batch", m=plan["batch_sizes"][0])
+                time.sleep(3600)
         time.sleep(float(policy.get("case_seconds", 0.0)))
+        with gpu_turn(
+            lock,
+            exclusive=True,
+            waiting=stream.waiting(index),
+            pulse_s=float(policy.get("pulse_s", WAIT_PULSE_S)),
+        ):
+            pass
         result: dict[str, Any] = {"case": case, "batches": []}
         if behaviour == "unsupported":
             result.update(state="unsupported", reason="build: NotImplementedError: no such thing")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import threading
 import time
@@ -90,6 +91,31 @@ def test_checks_share_the_gpu_and_a_waiting_timing_loop_goes_before_later_checks
     assert later.entered.wait(10)
     later.release.set()
     assert log == ["check", "timing", "later-check"]
+
+
+def test_a_worker_waiting_for_its_turn_pulses_until_it_gets_the_gpu(tmp_path: Path) -> None:
+    lock = str(tmp_path / "gpu.lock")
+    pulses: list[float] = []
+    entered = threading.Event()
+
+    def timing() -> None:
+        with gpu_turn(
+            lock, exclusive=True, waiting=lambda: pulses.append(time.monotonic()), pulse_s=0.1
+        ):
+            entered.set()
+
+    with gpu_turn(lock, exclusive=False):
+        waiter = threading.Thread(target=timing, daemon=True)
+        waiter.start()
+        time.sleep(1.0)
+        assert not entered.is_set()
+        waited = len(pulses)
+    assert entered.wait(10)
+    waiter.join(10)
+    # About one pulse per 0.1 s of the 1 s wait (fewer on a loaded machine, never more).
+    assert 3 <= waited <= 10
+    assert len(pulses) <= waited + 1  # none once it has the GPU
+    assert all(b - a >= 0.1 for a, b in itertools.pairwise(pulses))
 
 
 def test_without_a_lock_file_a_turn_is_free() -> None:

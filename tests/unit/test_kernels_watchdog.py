@@ -92,7 +92,8 @@ def test_a_hung_case_is_a_result_and_the_next_case_runs_in_a_fresh_process(
     states = [r.get("state") for r in run.results]
     assert states == [None, "hang", None, None]
     assert run.results[1]["reason"] == (
-        "no progress for 3 s; worker process group killed, next case runs in a fresh process"
+        "no progress for 3 s after start; worker process group killed, next case runs in a "
+        "fresh process"
     )
     assert run.launches == 2
     launched = [tuple(map(int, line.split())) for line in pids.read_text().splitlines()]
@@ -207,6 +208,33 @@ def test_with_jobs_a_hang_in_one_worker_leaves_the_others_running(
     # Two first workers; a fresh one after the crash (the hung worker's lane finds nothing left
     # or takes the last case, depending on which ends first).
     assert run.launches in (3, 4)
+
+
+def test_a_kernel_hung_in_its_gpu_turn_is_the_one_hang_not_the_workers_queued_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Case 0 hangs holding the GPU lock; case 1's worker waits for its timing turn past the
+    # timeout. Before the waiting pulse both were killed as hung (a sweep's cascade of hangs).
+    _policy(monkeypatch, cases={NAMES[0]: "hang-in-turn"}, pulse_s=0.2)
+    work = tmp_path / "w"
+    run = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2).run(_plan(), work)
+    assert [r.get("state") for r in run.results] == ["hang", None, None, None]
+    assert run.results[0]["reason"] == (
+        "no progress for 3 s after batch m=1; worker process group killed, next case runs in a "
+        "fresh process"
+    )
+    assert [r["batches"][0]["rel_err"] for r in run.results[1:]] == [[1e-3, 1e-3]] * 3
+    # Case 1 did wait: its worker's pulses came while case 0 held the lock.
+    spans = _spans(work)
+    waits = [
+        json.loads(line)
+        for path in work.glob("events-*.jsonl")
+        for line in path.read_text().splitlines()
+        if '"gpu_wait"' in line
+    ]
+    assert {w["index"] for w in waits} == {1}
+    assert spans[1][1] - spans[1][0] > 4
+    assert len(waits) >= 10
 
 
 def test_a_worker_that_dies_before_claiming_is_charged_to_the_next_case(

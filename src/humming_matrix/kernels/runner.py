@@ -11,7 +11,8 @@ which other workers of the same run share. Events:
     {"event": "import_error", "message": ...}   humming cannot be imported here: every case is moot
     {"event": "ceilings", ...}                  the GPU's measured TFLOP/s and GB/s (when asked)
     {"event": "start", "index": i, "case": n}   case i begins
-    {"event": "progress", "index": i, ...}      built, or one batch size done (the watchdog's pulse)
+    {"event": "progress", "index": i, ...}      built, one batch size done, or still waiting for
+                                                the GPU lock (the watchdog's pulse)
     {"event": "case", "index": i, "result": {}} case i finished (any outcome but a hang or crash)
 """
 
@@ -24,7 +25,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,9 +140,40 @@ class Events:
         self.stream.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
         self.stream.flush()
 
+    def waiting(self, index: int | None) -> Callable[[], None]:
+        """The pulse of a worker waiting for its GPU turn: alive, and not the one that stalls."""
+        return lambda: self.emit("progress", index=index, stage="gpu_wait")
+
+
+# How often a worker waiting for the GPU lock says so, and how often it tries the lock: well
+# inside any watchdog timeout, and short next to the seconds a turn lasts.
+WAIT_PULSE_S = 5.0
+LOCK_POLL_S = 0.05
+
+
+def _flock(fh: IO[str], mode: int, waiting: Callable[[], None] | None, pulse_s: float) -> None:
+    if waiting is None:
+        fcntl.flock(fh, mode)
+        return
+    last = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fh, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() - last >= pulse_s:
+                waiting()
+                last = time.monotonic()
+            time.sleep(LOCK_POLL_S)
+
 
 @contextmanager
-def gpu_turn(lock_path: str | None, exclusive: bool = True) -> Iterator[None]:
+def gpu_turn(
+    lock_path: str | None,
+    exclusive: bool = True,
+    waiting: Callable[[], None] | None = None,
+    pulse_s: float = WAIT_PULSE_S,
+) -> Iterator[None]:
     """The GPU among the workers sharing `lock_path`: alone (`exclusive`) or beside others.
 
     Several workers run at once on one GPU (`--jobs`, several releases; their JIT compiles and
@@ -150,6 +182,12 @@ def gpu_turn(lock_path: str | None, exclusive: bool = True) -> Iterator[None]:
     so they overlap one another but never a timing loop. A turnstile (`LOCK.gate`) gives a
     waiting timing loop priority: while it waits, no new shared turn begins, so the stream of
     checks from many workers cannot starve it.
+
+    While it waits, `waiting` is called every `pulse_s` seconds. A kernel that hangs inside its
+    turn holds the lock until its watchdog kills it; every other worker of the machine waits
+    behind it, and without a pulse their watchdogs took them for hung too (2026-12-06, gen6
+    calls 9 - 11: 24 `hang` verdicts at `--timeout 200`, beside workers that lived to record
+    lock waits of 188 - 197 s).
     """
     if not lock_path:
         yield
@@ -158,9 +196,9 @@ def gpu_turn(lock_path: str | None, exclusive: bool = True) -> Iterator[None]:
         open(f"{lock_path}.gate", "a", encoding="utf-8") as gate,
         open(lock_path, "a", encoding="utf-8") as fh,
     ):
-        fcntl.flock(gate, fcntl.LOCK_EX)
+        _flock(gate, fcntl.LOCK_EX, waiting, pulse_s)
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            _flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, waiting, pulse_s)
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
         try:
@@ -216,8 +254,9 @@ class _Stopwatch:
     """Seconds per stage of one batch (`batch["seconds"]`): where a release's run goes, and how
     long a worker waited for the GPU behind the other workers of the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, waiting: Callable[[], None] | None = None) -> None:
         self.seconds: dict[str, float] = {}
+        self.waiting = waiting
 
     def add(self, stage: str, since: float) -> float:
         now = time.perf_counter()
@@ -228,7 +267,7 @@ class _Stopwatch:
     def turn(self, lock_path: str | None, stage: str, exclusive: bool) -> Iterator[None]:
         """`gpu_turn`, the wait counted as "gpu_wait" and the turn itself as `stage`."""
         began = time.perf_counter()
-        with gpu_turn(lock_path, exclusive):
+        with gpu_turn(lock_path, exclusive, self.waiting):
             began = self.add("gpu_wait", began)
             try:
                 yield
@@ -385,6 +424,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     }
     began = time.perf_counter()
     lock = plan.get("gpu_lock")
+    waiting = events.waiting(index)
     try:
         # Outside the lock: a build may JIT-compile for seconds (CPU work), and its repacking
         # kernels are short next to a timing loop's flushes.
@@ -397,12 +437,12 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     torch.cuda.synchronize()
     result["build_seconds"] = time.perf_counter() - began
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
-    with gpu_turn(lock, exclusive=False):
+    with gpu_turn(lock, exclusive=False, waiting=waiting):
         checkpoint = _Checkpoint(weights)
         w_sq = checkpoint.row_norms_sq()
     timed: list[tuple[dict[str, Any], _Timing]] = []
     for m in plan["batch_sizes"]:
-        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device, rule)
+        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device, rule, waiting)
         result["batches"].append(batch)
         if timer is not None:
             timed.append((batch, timer))
@@ -411,7 +451,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     # Every batch size timed in one turn alone on the GPU: a timing loop waits for the checks
     # running beside it to end, and blocks new ones, once per case rather than once per batch.
     began = time.perf_counter()
-    with gpu_turn(lock, exclusive=True):
+    with gpu_turn(lock, exclusive=True, waiting=waiting):
         result["timing_wait_seconds"] = time.perf_counter() - began
         for batch, timer in timed:
             if not timer.run(batch, int(plan["repeats"])):
@@ -468,6 +508,7 @@ def run_batch(
     plan: dict[str, Any],
     device: Any,
     rule: Int8Rule = Int8Rule.ABSMAX_127,
+    waiting: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], _Timing | None]:
     """The checks of one batch size, and how to time it (None if a check raised)."""
     import torch
@@ -490,7 +531,7 @@ def run_batch(
     if case.activation.quantized:
         batch["rel_err_vs_unquantized"] = []
         batch["quant_err"] = []
-    watch = _Stopwatch()
+    watch = _Stopwatch(waiting)
     lock = plan.get("gpu_lock")
     timer: _Timing | None = None
     try:
@@ -618,7 +659,7 @@ def main(argv: list[str]) -> int:
         if plan.get("ceilings"):
             from humming_matrix.kernels.timing import measure_ceilings
 
-            with gpu_turn(plan.get("gpu_lock")):
+            with gpu_turn(plan.get("gpu_lock"), waiting=events.waiting(None)):
                 ceilings = measure_ceilings()
             events.emit("ceilings", **ceilings)
         cases = [KernelCase.from_json(c) for c in plan["cases"]]

@@ -1,9 +1,11 @@
 """Runs the worker (`probe`) in its own process group and keeps the suite going past failures.
 
 A case whose worker sends no event for `timeout_s` seconds is a hang: the whole process group
-is killed (SIGTERM, then SIGKILL), the case is recorded as "hang", and a fresh worker starts on
-the next case, so the GPU context of the hung kernel dies with its process and the card stays
-usable. A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker
+is killed (SIGTERM, then SIGKILL), the case is recorded as "hang" with the worker's last event,
+and a fresh worker starts on the next case, so the GPU context of the hung kernel dies with its
+process and the card stays usable. A worker waiting for its turn on the GPU lock sends a pulse
+every few seconds (`runner.gpu_turn`): only the worker that stalls is hung, not those queued
+behind it. A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker
 stops by itself after a case that raised (a CUDA error can poison its context), and a fresh one
 picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
 case from the run's queue (`claims.CaseQueue`), each watched on its own.
@@ -139,6 +141,10 @@ class _Progress:
             elif kind == "start":
                 lane.current = int(event["index"])
                 lane.started = True
+                lane.stage = "start"
+            elif kind == "progress":
+                m = event.get("m")
+                lane.stage = f"{event.get('stage')}" + ("" if m is None else f" m={m}")
             elif kind == "case":
                 self.results[int(event["index"])] = dict(event["result"])
                 lane.current = None
@@ -155,6 +161,9 @@ class _Lane:
     last_pulse: float
     current: int | None = None  # the case it started and has not finished
     started: bool = False  # it claimed at least one case
+    # Its last event, for a hang's reason: "start" (built nothing yet), "built", "batch m=16",
+    # "gpu_wait" (it had been waiting for the GPU lock, then got it), "timed".
+    stage: str = "launch"
 
 
 class Watchdog:
@@ -261,8 +270,8 @@ class Watchdog:
                 p.results[stalled] = {
                     "case": plan["cases"][stalled],
                     "state": "hang",
-                    "reason": f"no progress for {self.timeout_s:g} s; worker process "
-                    "group killed, next case runs in a fresh process",
+                    "reason": f"no progress for {self.timeout_s:g} s after {lane.stage}; "
+                    "worker process group killed, next case runs in a fresh process",
                     "batches": [],
                 }
             return True
