@@ -113,6 +113,11 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str] | None:
         detail.append(f"{_fmt(min(units))} - {_fmt(top)}u" if math.isfinite(top) else "inf u")
     detail += sorted(set(reasons))[:2]
     label = "cannot build" if worst is CaseState.UNSUPPORTED else worst.value
+    whole = sum(1 for run in runs if CaseState(run.cases[name]["state"]) is worst)
+    if worst in (CaseState.HANG, CaseState.CRASH) and whole < len(runs):
+        # Before the waiting pulse (2026-12-06) a worker queued behind a hung kernel's GPU turn
+        # was killed as hung too: a hang that other runs of the release got past says so.
+        label += f" in {whole} of {len(runs)} runs"
     return label, ", ".join(map(str, sorted(failing))), "; ".join(detail)[:160]
 
 

@@ -23,6 +23,7 @@ Every record under DIR (any depth) is judged by the product's kernel judge
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Mapping
@@ -83,6 +84,14 @@ def _cell(case: dict[str, Any] | None) -> str:
 STAGES = ("compile", "gpu_wait", "gpu_check", "host_check", "gpu_timing")
 
 
+def _natural(path: Path) -> tuple[tuple[tuple[int, str], ...], str]:
+    """By folder, call9 before call10 (the order the calls ran in), then by file name."""
+    folder = str(path.parent)
+    return tuple(
+        (int(t), "") if t.isdigit() else (-1, t) for t in re.split(r"(\d+)", folder)
+    ), path.name
+
+
 def _summary(paths: list[Path], records: dict[Path, Any]) -> list[str]:
     """Per run: the cases in each state and where the worker time went."""
     states = [s.value for s in CaseState]
@@ -96,7 +105,7 @@ def _summary(paths: list[Path], records: dict[Path, Any]) -> list[str]:
         f"{' | '.join(f'{s} s' for s in STAGES)} |",
         f"| --- | --- | --- |{' ---: |' * len(states)} ---: |{' ---: |' * len(STAGES)}",
     ]
-    ordered = sorted(paths, key=lambda p: (Version(str(humming_version(records[p]))), str(p)))
+    ordered = sorted(paths, key=lambda p: (Version(str(humming_version(records[p]))), _natural(p)))
     for path in ordered:
         record = records[path]
         counts = dict.fromkeys(states, 0)
@@ -122,7 +131,7 @@ def _summary(paths: list[Path], records: dict[Path, Any]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[0])
-    paths = sorted(root.rglob("kernels__*.json"))
+    paths = sorted(root.rglob("kernels__*.json"), key=_natural)
     by_version: dict[str, list[Path]] = defaultdict(list)
     records = {}
     for path in paths:
