@@ -79,8 +79,9 @@ def _fmt(units: float) -> str:
     return f"{units:.2f}" if units < 1000 else f"{units:.3g}"
 
 
-def _problems(name: str, runs: list[Run]) -> tuple[str, str, str] | None:
-    """(state, batch sizes, detail) of a case out of tolerance or broken in any run; None if not."""
+def _problems(name: str, runs: list[Run]) -> tuple[str, str, str, str] | None:
+    """(state, how many runs it held in, batch sizes, detail) of a case out of tolerance or
+    broken in any run; None if not."""
     states: list[CaseState] = []
     failing: set[int] = set()
     units: list[float] = []
@@ -114,11 +115,12 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str] | None:
     detail += sorted(set(reasons))[:2]
     label = "cannot build" if worst is CaseState.UNSUPPORTED else worst.value
     whole = sum(1 for run in runs if CaseState(run.cases[name]["state"]) is worst)
+    held = ""
     if worst in (CaseState.HANG, CaseState.CRASH) and whole < len(runs):
         # Before the waiting pulse (2026-12-06) a worker queued behind a hung kernel's GPU turn
         # was killed as hung too: a hang that other runs of the release got past says so.
-        label += f" in {whole} of {len(runs)} runs"
-    return label, ", ".join(map(str, sorted(failing))), "; ".join(detail)[:160]
+        held = f" in {whole} of {len(runs)} runs"
+    return label, held, ", ".join(map(str, sorted(failing))), "; ".join(detail)[:160]
 
 
 def _aa(runs: list[Run]) -> bool:
@@ -203,9 +205,9 @@ def _problem_table(versions: list[str], chosen: dict[tuple[str, str], list[Run]]
             runs = chosen.get((version, case.name))
             problem = _problems(case.name, runs) if runs else None
             if runs and problem:
-                state, batches, detail = problem
+                state, held, batches, detail = problem
                 out.append(
-                    f"| {version} | {case.name} | {state} | {batches} | {detail} | "
+                    f"| {version} | {case.name} | {state}{held} | {batches} | {detail} | "
                     f"{runs[0].generation} |"
                 )
     return [*out, ""]
