@@ -12,10 +12,11 @@
 #
 # Resumable: state lives in /tmp/kernels-sweep, which a warm device machine keeps between calls.
 # A run that completed is listed in done.txt and skipped by the next call of the same command;
-# a run the deadline cut leaves a partial record and runs again, its compiles already cached.
+# a run the deadline cut leaves a partial record, and the next call runs the cases it lacks.
 #
 # A run tagged "0.1.20#3@47-84" runs cases 47 - 84 of the suite alone. SWEEP_SKIP="0.1.20 0.1.20#2"
-# names runs whose records an earlier machine (now given back) made.
+# names runs whose records an earlier machine (now given back) made. A cut run that the next call
+# resumes runs only the cases its earlier records lack (its own record then holds those alone).
 #
 # Optional, once per machine (each also listed in done.txt):
 #   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release;
@@ -62,19 +63,42 @@ kernels() {
         --input-cache "$work/inputs" --workdir "$work/work-$t" "$@" >"$work/cli-$t.log" 2>&1
 }
 
+pending() {
+    # pending SPAN RECORDS: `--cases` and the cases still to run, one a line. "0.1.16#2@47-84"
+    # is that run over cases 47 - 84 of the suite (1-based, in its order), to finish what an
+    # earlier machine's deadline cut; RECORDS lists the records this tag's earlier attempts on
+    # this machine left (a cut run resumes with the cases they lack, not from its first case:
+    # gen6 calls 10 - 11 reran 14 - 23 cases of each run). Nothing (the whole suite) when
+    # neither applies; a lone `--cases` when nothing is left.
+    PYTHONPATH="$PWD/src" python3 -c '
+import json, sys
+from pathlib import Path
+from humming_matrix.kernels.models import SUITE
+span, listed = sys.argv[1], Path(sys.argv[2])
+names = [c.name for c in SUITE]
+if span:
+    first, last = map(int, span.split("-"))
+    names = names[first - 1 : last]
+done = set()
+for line in listed.read_text().split() if listed.is_file() else []:
+    if Path(line).is_file():
+        done |= {c["name"] for c in json.loads(Path(line).read_text())["cases"]}
+rest = [n for n in names if n not in done]
+if span or done:
+    print("\n".join(["--cases", *rest]))
+' "$1" "$2"
+}
+
 run_one() {
     tag=$1; v=${1%%[#@]*}; t=${tag//[#@]/-}; shift
-    # "0.1.16#2@47-84": that run over cases 47 - 84 of the suite (1-based, in its order), to
-    # finish what an earlier machine's deadline cut.
-    cases=()
-    [[ $tag == *@* ]] && mapfile -t cases < <(printf -- '--cases\n'; PYTHONPATH="$PWD/src" python3 -c '
-import sys
-from humming_matrix.kernels.models import SUITE
-first, last = map(int, sys.argv[1].split("-"))
-print("\n".join(c.name for c in SUITE[first - 1 : last]))
-' "${tag#*@}")
     if grep -qx "$tag" "$work/done.txt"; then echo "$tag: done in an earlier call"; return; fi
     case " ${SWEEP_SKIP:-} " in *" $tag "*) echo "$tag: done on an earlier machine"; return;; esac
+    span=""; [[ $tag == *@* ]] && span=${tag#*@}
+    mapfile -t cases < <(pending "$span" "$work/records-$t.txt")
+    if [ "${#cases[@]}" -eq 1 ]; then
+        echo "$tag: every case in earlier records"; echo "$tag" >>"$work/done.txt"; return
+    fi
+    [ -s "$work/records-$t.txt" ] && echo "$tag: resuming with $(( ${#cases[@]} - 1 )) cases"
     install_release "$v" || { echo "$tag: install failed"; cat "$work/pip-$v.log"; return; }
     left=$(( deadline - ($(date +%s) - start) ))
     if [ "$left" -lt 20 ]; then echo "$tag: skipped, deadline"; return; fi
@@ -82,10 +106,11 @@ print("\n".join(c.name for c in SUITE[first - 1 : last]))
     rc=$?
     echo "$tag: exit $rc after $(( $(date +%s) - start )) s"
     tail -n 2 "$work/cli-$t.log"
+    grep -o '^record: .*' "$work/cli-$t.log" | cut -d' ' -f2- >>"$work/records-$t.txt"
     # 0 and 1 are complete records (1: a case out of tolerance); 3 is an interrupted one.
     if [ "$rc" -eq 0 ] || [ "$rc" -eq 1 ]; then echo "$tag" >>"$work/done.txt"; fi
 }
-export -f run_one install_release kernels
+export -f run_one pending install_release kernels
 export work wheelhouse deadline start
 
 snapshot() {
