@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -155,3 +156,56 @@ def test_installed_humming_builds_and_matches_the_reference(case: KernelCase) ->
         )
         if case.kind is GemmKind.MOE:
             assert max(batch["worst_expert_units"]) <= 1.0
+
+
+class _LayerThatCannotCompile:
+    """A real built layer whose calls fail as an uncompilable kernel does (0.1.8's int8 w8a8)."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+
+    def routing(self, topk_ids: Any, device: Any) -> Any:
+        return self.layer.routing(topk_ids, device)
+
+    def call(self, x: Any, moe: Any) -> Any:
+        def fail() -> Any:
+            raise RuntimeError("<class 'humming.jit.compiler.NVRTCCompiler'> run failed")
+
+        return fail
+
+
+def test_a_case_with_nothing_to_time_takes_no_timing_turn(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from humming_matrix.kernels import adapter
+
+    real_build = adapter.build
+    monkeypatch.setattr(adapter, "build", lambda *a: _LayerThatCannotCompile(real_build(*a)))
+    lock = str(tmp_path / "gpu.lock")
+    plan: dict[str, Any] = {
+        "seed": 0,
+        "draws": 2,
+        "repeats": 3,
+        "batch_sizes": [1, 256],
+        "cache_dir": None,
+        "gpu_lock": lock,
+    }
+    stream = io.StringIO()
+    done: list[dict[str, Any]] = []
+    # Another worker's check holds the GPU (shared) throughout: an exclusive timing turn would
+    # wait for it forever; the checks of this case share it.
+    with probe.gpu_turn(lock, exclusive=False):
+        worker = threading.Thread(
+            target=lambda: done.append(probe.run_case(GPTQ, plan, probe.Events(stream), 0)),
+            daemon=True,
+        )
+        worker.start()
+        worker.join(300)
+        assert done, "the case waited for a timing turn it had nothing to time in"
+    result = done[0]
+    assert [b["error"] for b in result["batches"]] == [
+        "RuntimeError: <class 'humming.jit.compiler.NVRTCCompiler'> run failed"
+    ] * 2
+    assert "timing_wait_seconds" not in result
+    stages = [json.loads(line).get("stage") for line in stream.getvalue().splitlines()]
+    assert stages == ["built", "batch", "batch"]

@@ -450,13 +450,16 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     del checkpoint
     # Every batch size timed in one turn alone on the GPU: a timing loop waits for the checks
     # running beside it to end, and blocks new ones, once per case rather than once per batch.
-    began = time.perf_counter()
-    with gpu_turn(lock, exclusive=True, waiting=waiting):
-        result["timing_wait_seconds"] = time.perf_counter() - began
-        for batch, timer in timed:
-            if not timer.run(batch, int(plan["repeats"])):
-                break  # the context may be poisoned: the worker exits after this case
-    events.emit("progress", index=index, stage="timed")
+    # A case whose every batch raised has nothing to time and takes no turn (gen6 call 9: 0.1.8's
+    # two uncompilable cases waited 168 s each for an empty one, holding back every check).
+    if timed:
+        began = time.perf_counter()
+        with gpu_turn(lock, exclusive=True, waiting=waiting):
+            result["timing_wait_seconds"] = time.perf_counter() - began
+            for batch, timer in timed:
+                if not timer.run(batch, int(plan["repeats"])):
+                    break  # the context may be poisoned: the worker exits after this case
+        events.emit("progress", index=index, stage="timed")
     del layer, timed
     torch.cuda.empty_cache()
     return result
