@@ -56,6 +56,16 @@ GPTQ_MOE_INT8 = replace(
 )
 
 
+# A worker's plan for one case: two draws, a decode and a prefill size, no weight cache.
+PLAN: dict[str, Any] = {
+    "seed": 0,
+    "draws": 2,
+    "repeats": 3,
+    "batch_sizes": [1, 256],
+    "cache_dir": None,
+}
+
+
 @pytest.mark.parametrize(
     "case",
     [DENSE, MOE, GPTQ, FP8_BLOCK, FP8_BLOCK_MOE, FP8_CHANNEL, INT8_CHANNEL_MOE, AWQ_MOE],
@@ -124,13 +134,7 @@ def test_gpu_rel_err_equals_the_numpy_measure(torch: Any) -> None:
     ids=lambda c: c.name,
 )
 def test_installed_humming_builds_and_matches_the_reference(case: KernelCase) -> None:
-    plan: dict[str, Any] = {
-        "seed": 0,
-        "draws": 2,
-        "repeats": 3,
-        "batch_sizes": [1, 256],
-        "cache_dir": None,
-    }
+    plan = dict(PLAN)
     events = probe.Events(io.StringIO())
     result = probe.run_case(case, plan, events, 0)
     state, batches = assess_case(result)
@@ -182,14 +186,7 @@ def test_a_case_with_nothing_to_time_takes_no_timing_turn(
     real_build = adapter.build
     monkeypatch.setattr(adapter, "build", lambda *a: _LayerThatCannotCompile(real_build(*a)))
     lock = str(tmp_path / "gpu.lock")
-    plan: dict[str, Any] = {
-        "seed": 0,
-        "draws": 2,
-        "repeats": 3,
-        "batch_sizes": [1, 256],
-        "cache_dir": None,
-        "gpu_lock": lock,
-    }
+    plan = {**PLAN, "gpu_lock": lock}
     stream = io.StringIO()
     done: list[dict[str, Any]] = []
     # Another worker's check holds the GPU (shared) throughout: an exclusive timing turn would
