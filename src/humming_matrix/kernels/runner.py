@@ -152,16 +152,13 @@ LOCK_POLL_S = 0.05
 
 
 def _flock(fh: IO[str], mode: int, waiting: Callable[[], None] | None, pulse_s: float) -> None:
-    if waiting is None:
-        fcntl.flock(fh, mode)
-        return
     last = time.monotonic()
     while True:
         try:
             fcntl.flock(fh, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() - last >= pulse_s:
+            if waiting is not None and time.monotonic() - last >= pulse_s:
                 waiting()
                 last = time.monotonic()
             time.sleep(LOCK_POLL_S)

@@ -144,7 +144,7 @@ class _Progress:
                 lane.stage = "start"
             elif kind == "progress":
                 m = event.get("m")
-                lane.stage = f"{event.get('stage')}" + ("" if m is None else f" m={m}")
+                lane.stage = str(event.get("stage")) + ("" if m is None else f" m={m}")
             elif kind == "case":
                 self.results[int(event["index"])] = dict(event["result"])
                 lane.current = None
