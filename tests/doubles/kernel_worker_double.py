@@ -16,8 +16,8 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
       "error"           a batch raised (the real worker then exits; so does this one)
       "hang"            sleeps forever after the start event (with a child in its group)
       "hang-in-turn"    takes a shared turn on the plan's GPU lock, reports its first batch
-                        size a second later, then sleeps forever in the turn (a kernel that
-                        hangs during its checks)
+                        size once another worker has claimed a case, then sleeps forever in
+                        the turn (a kernel that hangs during its checks)
       "crash"           exits with status 7 after the start event
       "raise"           raises RuntimeError("CUDA error: an illegal memory access was
                         encountered") after the start event, uncaught: Python prints the
@@ -94,9 +94,13 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         lock = plan.get("gpu_lock")
         if behaviour == "hang-in-turn":
+            left = queue.remaining()
             with gpu_turn(lock, exclusive=False):
-                # Its first batch size checked, then stuck: the others have waited a while.
-                time.sleep(1.0)
+                # Its first batch size checked once another worker has claimed a case (and so
+                # queues behind this turn), then stuck: that worker waits past the timeout.
+                deadline = time.monotonic() + 60
+                while queue.remaining() == left and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 emit("progress", index=index, stage="batch", m=plan["batch_sizes"][0])
                 time.sleep(3600)
         time.sleep(float(policy.get("case_seconds", 0.0)))

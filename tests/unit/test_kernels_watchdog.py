@@ -233,7 +233,7 @@ def test_a_kernel_hung_in_its_gpu_turn_is_the_one_hang_not_the_workers_queued_be
         if '"gpu_wait"' in line
     ]
     assert {w["index"] for w in waits} == {1}
-    assert spans[1][1] - spans[1][0] > 4
+    assert spans[1][1] - spans[1][0] > 3  # longer than the timeout
     assert len(waits) >= 10
 
 
