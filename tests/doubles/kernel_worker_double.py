@@ -15,9 +15,10 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
       "unsupported"     state unsupported, reason "build: NotImplementedError: no such thing"
       "error"           a batch raised (the real worker then exits; so does this one)
       "hang"            sleeps forever after the start event (with a child in its group)
-      "hang-in-turn"    takes a shared turn on the plan's GPU lock, reports its first batch
-                        size once another worker has claimed a case, then sleeps forever in
-                        the turn (a kernel that hangs during its checks)
+      "hang-in-turn"    takes a shared turn on the plan's GPU lock and, once another worker
+                        has claimed a case, enters its first batch size's check as the real
+                        worker does (the product's `CaseSignals.on_gpu`), then sleeps forever
+                        in it (a kernel that hangs during its checks)
       "crash"           exits with status 7 after the start event
       "raise"           raises RuntimeError("CUDA error: an illegal memory access was
                         encountered") after the start event, uncaught: Python prints the
@@ -30,9 +31,10 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
   pids: path                          append "<pid> <child pid or 0>" at every start, one a line
   env: {...}                          extra fields of the env event
   case_seconds: float                 sleep this long in every "ok" case (workers overlapping)
-  pulse_s: float                      with a GPU lock in the plan, an "ok" case takes its timing
-                                      turn (exclusive) with the product's `gpu_turn` and waiting
-                                      pulse, this often (default the product's)
+  pulse_s: float                      an "ok" case takes its timing turn (exclusive, on the
+                                      plan's GPU lock if any) with the product's `gpu_turn`,
+                                      waiting pulse (this often; default the product's) and
+                                      turn events
   die_before_claiming: path           the first worker to find no file there creates it and
                                       exits with status 9 before claiming a case
 """
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from humming_matrix.kernels.claims import CaseQueue
-from humming_matrix.kernels.runner import WAIT_PULSE_S, Events, gpu_turn
+from humming_matrix.kernels.runner import WAIT_PULSE_S, CaseSignals, Events, gpu_turn
 
 
 def main() -> int:
@@ -93,22 +95,29 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
         if behaviour == "raise":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         lock = plan.get("gpu_lock")
+        signals = CaseSignals(stream, index)
         if behaviour == "hang-in-turn":
-            left = queue.remaining()
+            # Claims go in index order: another worker has claimed a case once fewer than the
+            # cases after this one are left (perhaps before this worker looks).
+            after = len(plan["cases"]) - index - 1
             with gpu_turn(lock, exclusive=False):
-                # Its first batch size checked once another worker has claimed a case (and so
-                # queues behind this turn), then stuck: that worker waits past the timeout.
+                # Its first batch size's check begins once another worker has claimed a case
+                # (and so queues behind this turn), then sticks: that worker waits past the
+                # limit.
                 deadline = time.monotonic() + 60
-                while queue.remaining() == left and time.monotonic() < deadline:
+                while queue.remaining() >= after and time.monotonic() < deadline:
                     time.sleep(0.05)
-                emit("progress", index=index, stage="batch", m=plan["batch_sizes"][0])
-                time.sleep(3600)
+                with signals.on_gpu("gpu_check", plan["batch_sizes"][0]):
+                    time.sleep(3600)
         time.sleep(float(policy.get("case_seconds", 0.0)))
-        with gpu_turn(
-            lock,
-            exclusive=True,
-            waiting=stream.waiting(index),
-            pulse_s=float(policy.get("pulse_s", WAIT_PULSE_S)),
+        with (
+            gpu_turn(
+                lock,
+                exclusive=True,
+                waiting=signals.waiting,
+                pulse_s=float(policy.get("pulse_s", WAIT_PULSE_S)),
+            ),
+            signals.on_gpu("gpu_timing"),
         ):
             pass
         result: dict[str, Any] = {"case": case, "batches": []}

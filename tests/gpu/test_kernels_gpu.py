@@ -135,8 +135,8 @@ def test_gpu_rel_err_equals_the_numpy_measure(torch: Any) -> None:
 )
 def test_installed_humming_builds_and_matches_the_reference(case: KernelCase) -> None:
     plan = dict(PLAN)
-    events = probe.Events(io.StringIO())
-    result = probe.run_case(case, plan, events, 0)
+    stream = io.StringIO()
+    result = probe.run_case(case, plan, probe.Events(stream), 0)
     state, batches = assess_case(result)
     # Within the rounding bound; some releases' kernels are not bit-identical on relaunch (a
     # finding the tier reports as `nondeterministic`, not a failure of this test).
@@ -160,6 +160,19 @@ def test_installed_humming_builds_and_matches_the_reference(case: KernelCase) ->
         )
         if case.kind is GemmKind.MOE:
             assert max(batch["worst_expert_units"]) <= 1.0
+    # Each draw's check, and the one timing turn, entered (under the watchdog's GPU limit) and
+    # left again: the watchdog's evidence of where a worker is.
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    turns = [(e["stage"], e["m"], e.get("on_gpu")) for e in events if "m" in e and "stage" in e]
+    per_size = [
+        [("gpu_check", m, True), ("left_gpu", m, None)] * PLAN["draws"] + [("batch", m, None)]
+        for m in PLAN["batch_sizes"]
+    ]
+    assert turns == [
+        *(turn for size in per_size for turn in size),
+        ("gpu_timing", None, True),
+        ("left_gpu", None, None),
+    ]
 
 
 class _LayerThatCannotCompile:

@@ -103,6 +103,7 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
         "seed": 0,
         "timeout_s": 20.0,
         "jobs": 1,
+        "gpu_timeout_s": 20.0,  # the 30 s default, held to --timeout
     }
     assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
@@ -164,7 +165,9 @@ def test_jobs_run_the_cases_on_several_workers_and_the_record_says_how_many(
 def test_jobs_below_one_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UsageError) as info:
         _run(tmp_path, monkeypatch, {}, "--jobs", "0")
-    assert str(info.value) == "--repeats, --draws and --jobs must be >= 1 and --timeout > 0"
+    assert str(info.value) == (
+        "--repeats, --draws and --jobs must be >= 1, --timeout and --gpu-timeout > 0"
+    )
 
 
 def test_bad_usage_is_exit_2(tmp_path: Path) -> None:

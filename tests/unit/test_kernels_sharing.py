@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import io
 import itertools
+import json
 import multiprocessing
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from humming_matrix.kernels.claims import CaseQueue
-from humming_matrix.kernels.runner import gpu_turn
+from humming_matrix.kernels.runner import CaseSignals, Events, gpu_turn
 from humming_matrix.kernels.watchdog import worker_environment
 
 
@@ -116,6 +118,26 @@ def test_a_worker_waiting_for_its_turn_pulses_until_it_gets_the_gpu(tmp_path: Pa
     assert 3 <= waited <= 10
     assert len(pulses) <= waited + 1  # none once it has the GPU
     assert all(b - a >= 0.1 for a, b in itertools.pairwise(pulses))
+
+
+def test_a_turn_on_the_gpu_is_entered_and_left_in_the_event_stream_even_when_its_work_raises() -> (
+    None
+):
+    stream = io.StringIO()
+    signals = CaseSignals(Events(stream), 4)
+    signals.waiting()
+    with signals.on_gpu("gpu_check", 2048):
+        pass
+    with suppress(RuntimeError), signals.on_gpu("gpu_timing"):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [{k: v for k, v in e.items() if k != "time"} for e in events] == [
+        {"event": "progress", "index": 4, "stage": "gpu_wait"},
+        {"event": "progress", "index": 4, "stage": "gpu_check", "m": 2048, "on_gpu": True},
+        {"event": "progress", "index": 4, "stage": "left_gpu", "m": 2048},
+        {"event": "progress", "index": 4, "stage": "gpu_timing", "m": None, "on_gpu": True},
+        {"event": "progress", "index": 4, "stage": "left_gpu", "m": None},
+    ]
 
 
 def test_without_a_lock_file_a_turn_is_free() -> None:

@@ -220,8 +220,8 @@ def test_a_kernel_hung_in_its_gpu_turn_is_the_one_hang_not_the_workers_queued_be
     run = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2).run(_plan(), work)
     assert [r.get("state") for r in run.results] == ["hang", None, None, None]
     assert run.results[0]["reason"] == (
-        "no progress for 3 s after batch m=1; worker process group killed, next case runs in a "
-        "fresh process"
+        "no progress for 3 s in its GPU turn (gpu_check m=1); worker process group killed, next "
+        "case runs in a fresh process"
     )
     assert [r["batches"][0]["rel_err"] for r in run.results[1:]] == [[1e-3, 1e-3]] * 3
     # Case 1 did wait: its worker's pulses came while case 0 held the lock.
@@ -235,6 +235,44 @@ def test_a_kernel_hung_in_its_gpu_turn_is_the_one_hang_not_the_workers_queued_be
     assert {w["index"] for w in waits} == {1}
     assert spans[1][1] - spans[1][0] > 3  # longer than the timeout
     assert len(waits) >= 10
+
+
+def test_a_kernel_stuck_in_its_gpu_turn_is_hung_after_the_gpu_limit_work_outside_a_turn_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every other case spends 2 s outside any turn (a compile), longer than the 1 s GPU limit,
+    # and takes a timing turn that ends at once: the short limit holds inside a turn only.
+    _policy(monkeypatch, cases={NAMES[0]: "hang-in-turn"}, pulse_s=0.2, case_seconds=2.0)
+    work = tmp_path / "w"
+    dog = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1)
+    run = dog.run(_plan(), work)
+    assert [r.get("state") for r in run.results] == ["hang", None, None, None]
+    assert run.results[0]["reason"] == (
+        "no progress for 1 s in its GPU turn (gpu_check m=1); worker process group killed, next "
+        "case runs in a fresh process"
+    )
+    assert [r["batches"][0]["rel_err"] for r in run.results[1:]] == [[1e-3, 1e-3]] * 3
+    # Each of them entered and left its timing turn; the hung one never left its check.
+    turns = [
+        (event["index"], event["stage"], event.get("on_gpu"))
+        for path in work.glob("events-*.jsonl")
+        for event in map(json.loads, path.read_text().splitlines())
+        if event.get("stage") in ("gpu_check", "gpu_timing", "left_gpu")
+    ]
+    assert sorted(turns) == [
+        (0, "gpu_check", True),
+        *(
+            (i, stage, on)
+            for i in (1, 2, 3)
+            for stage, on in (("gpu_timing", True), ("left_gpu", None))
+        ),
+    ]
+
+
+def test_the_gpu_limit_never_exceeds_the_limit_outside_a_turn() -> None:
+    assert Watchdog(timeout_s=3, gpu_timeout_s=30).gpu_timeout_s == 3
+    assert Watchdog(timeout_s=600, gpu_timeout_s=30).gpu_timeout_s == 30
+    assert Watchdog(timeout_s=600).gpu_timeout_s == 600
 
 
 def test_a_worker_that_dies_before_claiming_is_charged_to_the_next_case(

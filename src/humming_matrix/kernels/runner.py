@@ -11,8 +11,9 @@ which other workers of the same run share. Events:
     {"event": "import_error", "message": ...}   humming cannot be imported here: every case is moot
     {"event": "ceilings", ...}                  the GPU's measured TFLOP/s and GB/s (when asked)
     {"event": "start", "index": i, "case": n}   case i begins
-    {"event": "progress", "index": i, ...}      built, one batch size done, or still waiting for
-                                                the GPU lock (the watchdog's pulse)
+    {"event": "progress", "index": i, ...}      built, one batch size done, still waiting for
+                                                the GPU lock (the watchdog's pulse), or entering
+                                                (`"on_gpu": true`) or leaving a GPU turn
     {"event": "case", "index": i, "result": {}} case i finished (any outcome but a hang or crash)
 """
 
@@ -26,7 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -140,9 +141,31 @@ class Events:
         self.stream.write(json.dumps({"event": event, "time": time.time(), **fields}) + "\n")
         self.stream.flush()
 
-    def waiting(self, index: int | None) -> Callable[[], None]:
+
+@dataclass(frozen=True)
+class CaseSignals:
+    """What a worker tells its watchdog about case `index` and the GPU: still queued for the
+    lock, and when it is inside a turn of its own. Inside a turn only kernels and their checks
+    run (the longest of 11,700 recorded check turns took 7.3 s, the longest timing turn 1.75 s),
+    so a stall there is a kernel that never returned, judged on the watchdog's shorter GPU limit;
+    outside, a JIT compile may take minutes (135 s recorded)."""
+
+    events: Events
+    index: int | None
+
+    def waiting(self) -> None:
         """The pulse of a worker waiting for its GPU turn: alive, and not the one that stalls."""
-        return lambda: self.emit("progress", index=index, stage="gpu_wait")
+        self.events.emit("progress", index=self.index, stage="gpu_wait")
+
+    @contextmanager
+    def on_gpu(self, stage: str, m: int | None = None) -> Iterator[None]:
+        """A GPU turn's work (`gpu_check` of batch size `m`, `gpu_timing`), between an event
+        that enters it and one that leaves it."""
+        self.events.emit("progress", index=self.index, stage=stage, m=m, on_gpu=True)
+        try:
+            yield
+        finally:
+            self.events.emit("progress", index=self.index, stage="left_gpu", m=m)
 
 
 # How often a worker waiting for the GPU lock says so, and how often it tries the lock: well
@@ -251,9 +274,9 @@ class _Stopwatch:
     """Seconds per stage of one batch (`batch["seconds"]`): where a release's run goes, and how
     long a worker waited for the GPU behind the other workers of the run."""
 
-    def __init__(self, waiting: Callable[[], None] | None = None) -> None:
+    def __init__(self, signals: CaseSignals | None = None) -> None:
         self.seconds: dict[str, float] = {}
-        self.waiting = waiting
+        self.signals = signals
 
     def add(self, stage: str, since: float) -> float:
         now = time.perf_counter()
@@ -261,13 +284,15 @@ class _Stopwatch:
         return now
 
     @contextmanager
-    def turn(self, lock_path: str | None, stage: str, exclusive: bool) -> Iterator[None]:
+    def turn(self, lock_path: str | None, stage: str, exclusive: bool, m: int) -> Iterator[None]:
         """`gpu_turn`, the wait counted as "gpu_wait" and the turn itself as `stage`."""
+        signals = self.signals
         began = time.perf_counter()
-        with gpu_turn(lock_path, exclusive, self.waiting):
+        with gpu_turn(lock_path, exclusive, None if signals is None else signals.waiting):
             began = self.add("gpu_wait", began)
             try:
-                yield
+                with nullcontext() if signals is None else signals.on_gpu(stage, m):
+                    yield
             finally:
                 self.add(stage, began)
 
@@ -421,7 +446,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     }
     began = time.perf_counter()
     lock = plan.get("gpu_lock")
-    waiting = events.waiting(index)
+    signals = CaseSignals(events, index)
     try:
         # Outside the lock: a build may JIT-compile for seconds (CPU work), and its repacking
         # kernels are short next to a timing loop's flushes.
@@ -434,12 +459,14 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     torch.cuda.synchronize()
     result["build_seconds"] = time.perf_counter() - began
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
-    with gpu_turn(lock, exclusive=False, waiting=waiting):
+    # Under the long limit: uploading and reducing a checkpoint (gpt-oss's 32 experts of 5760 x
+    # 2880) is untimed, so no short bound is known for it.
+    with gpu_turn(lock, exclusive=False, waiting=signals.waiting):
         checkpoint = _Checkpoint(weights)
         w_sq = checkpoint.row_norms_sq()
     timed: list[tuple[dict[str, Any], _Timing]] = []
     for m in plan["batch_sizes"]:
-        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device, rule, waiting)
+        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device, rule, signals)
         result["batches"].append(batch)
         if timer is not None:
             timed.append((batch, timer))
@@ -451,7 +478,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     # two uncompilable cases waited 168 s each for an empty one, holding back every check).
     if timed:
         began = time.perf_counter()
-        with gpu_turn(lock, exclusive=True, waiting=waiting):
+        with gpu_turn(lock, exclusive=True, waiting=signals.waiting), signals.on_gpu("gpu_timing"):
             result["timing_wait_seconds"] = time.perf_counter() - began
             for batch, timer in timed:
                 if not timer.run(batch, int(plan["repeats"])):
@@ -508,7 +535,7 @@ def run_batch(
     plan: dict[str, Any],
     device: Any,
     rule: Int8Rule = Int8Rule.ABSMAX_127,
-    waiting: Callable[[], None] | None = None,
+    signals: CaseSignals | None = None,
 ) -> tuple[dict[str, Any], _Timing | None]:
     """The checks of one batch size, and how to time it (None if a check raised)."""
     import torch
@@ -531,7 +558,7 @@ def run_batch(
     if case.activation.quantized:
         batch["rel_err_vs_unquantized"] = []
         batch["quant_err"] = []
-    watch = _Stopwatch(waiting)
+    watch = _Stopwatch(signals)
     lock = plan.get("gpu_lock")
     timer: _Timing | None = None
     try:
@@ -552,7 +579,7 @@ def run_batch(
                 fn()  # the first call JIT-compiles: CPU work, kept out of the GPU lock
                 torch.cuda.synchronize()
                 watch.add("compile", began)
-            with watch.turn(lock, "gpu_check", exclusive=False):
+            with watch.turn(lock, "gpu_check", exclusive=False, m=m):
                 out = fn().contiguous()
                 torch.cuda.synchronize()
                 same = 0
@@ -659,7 +686,7 @@ def main(argv: list[str]) -> int:
         if plan.get("ceilings"):
             from humming_matrix.kernels.timing import measure_ceilings
 
-            with gpu_turn(plan.get("gpu_lock"), waiting=events.waiting(None)):
+            with gpu_turn(plan.get("gpu_lock"), waiting=CaseSignals(events, None).waiting):
                 ceilings = measure_ceilings()
             events.emit("ceilings", **ceilings)
         cases = [KernelCase.from_json(c) for c in plan["cases"]]

@@ -5,8 +5,11 @@ is killed (SIGTERM, then SIGKILL), the case is recorded as "hang" with the worke
 and a fresh worker starts on the next case, so the GPU context of the hung kernel dies with its
 process and the card stays usable. A worker waiting for its turn on the GPU lock sends a pulse
 every few seconds (`runner.gpu_turn`): only the worker that stalls is hung, not those queued
-behind it. A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker
-stops by itself after a case that raised (a CUDA error can poison its context), and a fresh one
+behind it. Inside a turn of its own (its last event says `on_gpu`) a worker runs kernels only,
+so it is hung after `gpu_timeout_s`, a shorter limit: every worker of the machine waits while a
+hung kernel holds the lock (gen6 calls 12 - 14 lost 90 s of the whole machine per hang).
+A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker stops
+by itself after a case that raised (a CUDA error can poison its context), and a fresh one
 picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
 case from the run's queue (`claims.CaseQueue`), each watched on its own.
 
@@ -47,6 +50,10 @@ class SuiteRun:
     import_error: str | None = None
     launches: int = 0
 
+
+# Four times the longest GPU turn of 11,700 recorded batches (a check turn of 7.3 s, beside seven
+# other workers' checks on an H100).
+DEFAULT_GPU_TIMEOUT_S = 30.0
 
 # A hung kernel ignores SIGTERM; a healthy worker exits at once.
 KILL_GRACE_SECONDS = 5.0
@@ -148,6 +155,7 @@ class _Progress:
             elif kind == "case":
                 self.results[int(event["index"])] = dict(event["result"])
                 lane.current = None
+            lane.on_gpu = kind == "progress" and event.get("on_gpu") is True
 
 
 @dataclass
@@ -162,8 +170,10 @@ class _Lane:
     current: int | None = None  # the case it started and has not finished
     started: bool = False  # it claimed at least one case
     # Its last event, for a hang's reason: "start" (built nothing yet), "built", "batch m=16",
-    # "gpu_wait" (it had been waiting for the GPU lock, then got it), "timed".
+    # "gpu_wait" (it had been waiting for the GPU lock, then got it), "gpu_check m=2048" (inside
+    # a turn), "left_gpu m=2048", "timed".
     stage: str = "launch"
+    on_gpu: bool = False  # the last event entered a GPU turn
 
 
 class Watchdog:
@@ -175,8 +185,11 @@ class Watchdog:
         sleep: Callable[[float], None] = time.sleep,
         poll_s: float = 0.2,
         jobs: int = 1,
+        gpu_timeout_s: float | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        # Never longer than the limit outside a turn.
+        self.gpu_timeout_s = min(timeout_s, gpu_timeout_s or timeout_s)
         self.worker = tuple(worker)
         self.clock = clock
         self.sleep = sleep
@@ -263,14 +276,16 @@ class Watchdog:
             p.take(lane.reader.read(), lane)
             self._exited(lane, plan, queue)
             return True
-        if self.clock() - lane.last_pulse > self.timeout_s:
+        limit = self.gpu_timeout_s if lane.on_gpu else self.timeout_s
+        if self.clock() - lane.last_pulse > limit:
             stop_group(lane.proc, KILL_GRACE_SECONDS)
             stalled = lane.current if lane.current is not None else queue.claim()
+            where = f"in its GPU turn ({lane.stage})" if lane.on_gpu else f"after {lane.stage}"
             if stalled is not None:
                 p.results[stalled] = {
                     "case": plan["cases"][stalled],
                     "state": "hang",
-                    "reason": f"no progress for {self.timeout_s:g} s after {lane.stage}; "
+                    "reason": f"no progress for {limit:g} s {where}; "
                     "worker process group killed, next case runs in a fresh process",
                     "batches": [],
                 }

@@ -25,6 +25,8 @@ class Settings:
     seed: int
     timeout_s: float
     jobs: int = 1  # workers at once (records before `--jobs` ran one)
+    # The limit inside a GPU turn (records before `--gpu-timeout` had `timeout_s` throughout).
+    gpu_timeout_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -34,6 +36,7 @@ class Settings:
             "seed": self.seed,
             "timeout_s": self.timeout_s,
             "jobs": self.jobs,
+            "gpu_timeout_s": self.gpu_timeout_s,
         }
 
 
