@@ -172,11 +172,33 @@ def test_a_crash_alone_fails_the_comparison_and_its_repair_is_fixed() -> None:
     # Pooled runs of one side: a run that crashed the case counts against every batch size,
     # those the side's other run gave and those only the baseline ran.
     flaky = compare_kernel_records([good], [crashed, _record("0.1.6", {"a": [_batch()]})])
-    assert [(v.m, v.verdict) for v in flaky.verdicts] == [
-        (64, Verdict.NEWLY_BROKEN),
-        (2048, Verdict.NEWLY_BROKEN),
+    assert [(v.m, v.verdict, v.note) for v in flaky.verdicts] == [
+        (64, Verdict.NEWLY_BROKEN, "crash in 1 of 2 runs; crash reason"),
+        (2048, Verdict.NEWLY_BROKEN, "crash reason"),  # the other run did not reach 2048
     ]
     assert flaky.exit_code == 1
+
+
+def test_a_fix_of_a_failure_that_came_now_and_then_says_how_often_it_came() -> None:
+    # 0.1.3's FP8-channel q/k/v hung at 2048 tokens in one of its two runs; 0.1.4 ran it twice.
+    ok = [_batch(), _batch(m=2048)]
+    intermittent = [_record("0.1.3", {"a": "hang"}), _record("0.1.3", {"a": ok})]
+    twice = [_record("0.1.4", {"a": ok}), _record("0.1.4", {"a": ok})]
+    cmp = compare_kernel_records(intermittent, twice)
+    assert [(v.m, v.verdict, v.note) for v in cmp.verdicts] == [
+        (m, Verdict.FIXED, "hang in 1 of 2 runs before, 2 of 2 within tolerance now")
+        for m in (64, 2048)
+    ]
+    # Mixed states are each counted; a failure in every run needs no such note.
+    nan = [_record("0.1.3", {"a": [_batch(nan=3), _batch(m=2048, nan=3)]})]
+    cmp = compare_kernel_records([*intermittent, *nan], twice)
+    assert [v.note for v in cmp.verdicts] == [
+        "hang in 1, nonfinite in 1 of 3 runs before, 2 of 2 within tolerance now"
+    ] * 2
+    always = [_record("0.1.3", {"a": "hang"}), _record("0.1.3", {"a": "hang"})]
+    assert [(v.verdict, v.note) for v in compare_kernel_records(always, twice).verdicts] == [
+        (Verdict.FIXED, "")
+    ] * 2
 
 
 def test_a_whole_case_broken_on_both_sides_is_still_broken_and_fixed_is_fine() -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -113,6 +114,18 @@ class Side:
     # be the host's launch gaps, so they judge no speed.
     host_gaps: bool = False
     gpus: frozenset[str] = frozenset()  # the GPU model of each run that timed it
+    runs: int = 1  # the runs pooled here
+    broken: tuple[CaseState, ...] = ()  # the state of each of them that gave no usable numbers
+
+    @property
+    def intermittent(self) -> str:
+        """ "hang in 2, nonfinite in 3 of 6 runs" where only some runs broke (kernels that hang
+        now and then: 0.1.2 - 0.1.5's FP8-channel GEMMs), else ""."""
+        if not 0 < len(self.broken) < self.runs:
+            return ""
+        counts = Counter(self.broken)
+        states = sorted(counts, key=lambda st: -st.severity)
+        return ", ".join(f"{st.value} in {counts[st]}" for st in states) + f" of {self.runs} runs"
 
     @property
     def median_ms(self) -> float | None:
@@ -371,6 +384,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             deterministic=bool(slot.get("deterministic", True)),
             host_gaps=bool(slot.get("host_gaps", False)),
             gpus=frozenset(slot.get("gpus", ())),
+            runs=len(slot["states"]),
+            broken=tuple(st for st in slot["states"] if not st.produced_numbers),
         )
     return pooled
 
@@ -499,8 +514,11 @@ def _spread_whole_cases(
             have = out.get(key)
             if have is None:
                 out[key] = whole
-            elif whole.state.severity > have.state.severity:
-                out[key] = replace(have, state=whole.state, reason=whole.reason)
+                continue
+            have = replace(have, runs=have.runs + whole.runs, broken=have.broken + whole.broken)
+            if whole.state.severity > have.state.severity:
+                have = replace(have, state=whole.state, reason=whole.reason)
+            out[key] = have
     return out
 
 
@@ -509,11 +527,17 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
     if not b_ok and not c_ok:
         return CaseVerdict(name, m, Verdict.STILL_BROKEN, TimeVerdict.UNKNOWN, b, c)
     if b_ok and not c_ok:
-        note = c.reason or c.state.value
+        note = "; ".join(filter(None, (c.intermittent, c.reason))) or c.state.value
         return CaseVerdict(name, m, Verdict.NEWLY_BROKEN, TimeVerdict.UNKNOWN, b, c, note=note)
     if not b_ok:
         fixed = Verdict.FIXED if c.state is CaseState.OK else Verdict.STILL_BROKEN
-        return CaseVerdict(name, m, fixed, TimeVerdict.UNKNOWN, b, c)
+        # A fix of a failure that came now and then rests on how often the candidate ran.
+        note = (
+            f"{b.intermittent} before, {c.runs} of {c.runs} within tolerance now"
+            if fixed is Verdict.FIXED and b.intermittent
+            else ""
+        )
+        return CaseVerdict(name, m, fixed, TimeVerdict.UNKNOWN, b, c, note=note)
     if b.input_sha256 and c.input_sha256 and b.input_sha256 != c.input_sha256:
         return CaseVerdict(
             name,
