@@ -7,7 +7,7 @@ process and the card stays usable. A worker waiting for its turn on the GPU lock
 every few seconds (`runner.gpu_turn`): only the worker that stalls is hung, not those queued
 behind it. Inside a turn of its own (its last event says `on_gpu`) a worker runs kernels only,
 so it is hung after `gpu_timeout_s`, a shorter limit: every worker of the machine waits while a
-hung kernel holds the lock (gen6 calls 12 - 14 lost 90 s of the whole machine per hang).
+hung kernel holds the lock (gen6 calls 12 - 14 lost 90 - 150 s of the whole machine a hang).
 A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker stops
 by itself after a case that raised (a CUDA error can poison its context), and a fresh one
 picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
@@ -51,8 +51,8 @@ class SuiteRun:
     launches: int = 0
 
 
-# Four times the longest GPU turn of 11,700 recorded batches (a check turn of 7.3 s, beside seven
-# other workers' checks on an H100).
+# Four times the longest GPU turn of 11,700 recorded batches (a check turn of 7.3 s on an H100
+# that 18 workers shared).
 DEFAULT_GPU_TIMEOUT_S = 30.0
 
 # A hung kernel ignores SIGTERM; a healthy worker exits at once.
