@@ -117,8 +117,9 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str, str] | None:
     whole = sum(1 for run in runs if CaseState(run.cases[name]["state"]) is worst)
     held = ""
     if worst in (CaseState.HANG, CaseState.CRASH) and whole < len(runs):
-        # Before the waiting pulse (2026-12-06) a worker queued behind a hung kernel's GPU turn
-        # was killed as hung too: a hang that other runs of the release got past says so.
+        # A hang that other runs of the release got past says so: an intermittent kernel hang
+        # (0.1.2 - 0.1.5's FP8-channel GEMMs, gen6 calls 12 - 14) or, before the waiting pulse
+        # (gen6 calls 9 - 11), perhaps a worker queued behind another's hung GPU turn.
         held = f" in {whole} of {len(runs)} runs"
     return label, held, ", ".join(map(str, sorted(failing))), "; ".join(detail)[:160]
 

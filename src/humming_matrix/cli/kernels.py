@@ -209,9 +209,11 @@ def handle(
     problem = gpu_check()
     if problem is not None:
         raise NoGPUError(f"kernels needs a CUDA GPU: {problem}")
-    gpu_timeout = min(args.gpu_timeout, args.timeout)
+    watchdog = Watchdog(
+        timeout_s=args.timeout, worker=worker, jobs=args.jobs, gpu_timeout_s=args.gpu_timeout
+    )
     settings = Settings(
-        sizes, args.repeats, args.draws, args.seed, args.timeout, args.jobs, gpu_timeout
+        sizes, args.repeats, args.draws, args.seed, args.timeout, args.jobs, watchdog.gpu_timeout_s
     )
     plan = {
         "cases": [c.to_json() for c in cases],
@@ -223,9 +225,6 @@ def handle(
         "ceilings": True,
         "gpu_lock": str(args.gpu_lock) if args.gpu_lock else None,
     }
-    watchdog = Watchdog(
-        timeout_s=args.timeout, worker=worker, jobs=args.jobs, gpu_timeout_s=gpu_timeout
-    )
     complete = True
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -27,7 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -274,7 +274,7 @@ class _Stopwatch:
     """Seconds per stage of one batch (`batch["seconds"]`): where a release's run goes, and how
     long a worker waited for the GPU behind the other workers of the run."""
 
-    def __init__(self, signals: CaseSignals | None = None) -> None:
+    def __init__(self, signals: CaseSignals) -> None:
         self.seconds: dict[str, float] = {}
         self.signals = signals
 
@@ -286,12 +286,11 @@ class _Stopwatch:
     @contextmanager
     def turn(self, lock_path: str | None, stage: str, exclusive: bool, m: int) -> Iterator[None]:
         """`gpu_turn`, the wait counted as "gpu_wait" and the turn itself as `stage`."""
-        signals = self.signals
         began = time.perf_counter()
-        with gpu_turn(lock_path, exclusive, None if signals is None else signals.waiting):
+        with gpu_turn(lock_path, exclusive, self.signals.waiting):
             began = self.add("gpu_wait", began)
             try:
-                with nullcontext() if signals is None else signals.on_gpu(stage, m):
+                with self.signals.on_gpu(stage, m):
                     yield
             finally:
                 self.add(stage, began)
@@ -534,8 +533,8 @@ def run_batch(
     m: int,
     plan: dict[str, Any],
     device: Any,
-    rule: Int8Rule = Int8Rule.ABSMAX_127,
-    signals: CaseSignals | None = None,
+    rule: Int8Rule,
+    signals: CaseSignals,
 ) -> tuple[dict[str, Any], _Timing | None]:
     """The checks of one batch size, and how to time it (None if a check raised)."""
     import torch
