@@ -42,6 +42,7 @@ class ExitCode(IntEnum):
     INFRASTRUCTURE = 3
     UNTESTABLE = 125  # bisect treats this version as skipped, never as bad
     INTERRUPTED = 130
+    BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`), as shells say
 
 
 class HummingMatrixError(Exception):

@@ -239,3 +239,19 @@ def _running(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_reader_that_closes_stdout_early_stops_the_command_quietly() -> None:
+    # `kernels --list | head`: here a reader that exits at once, long before the CLI has
+    # imported what it needs to print its first line.
+    done = subprocess.run(
+        f"{sys.executable} -m humming_matrix kernels --list | true; "
+        'echo "rc=${PIPESTATUS[0]}" >&2',
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stderr == f"rc={int(ExitCode.BROKEN_PIPE)}\n"
+    assert int(ExitCode.BROKEN_PIPE) == 141
