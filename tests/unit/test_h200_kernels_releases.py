@@ -81,17 +81,21 @@ def test_the_committed_index_is_the_generated_one() -> None:
         "| 0.1.5 | gate-up-fp8-channel-bf16-17920x1536 | hang |  | no progress for 200 s;"
         " worker process group killed, next case runs in a fresh process | gen6 |"
     ) in problems
-    # ... and still counts as broken: 2 errors (MXFP4 FP8 MoE), 9 hangs, 1 crash of 0.1.5's 46.
-    assert (
-        "| 0.1.5 | 46 | 44 | gen6 44, gen2 2 | H100 80GB HBM3, H200 | 8 | 30 | 0 | 12 |"
-        " 46-58, 60-84 | 45, 59 |"
-    ) in coverage
+    # ... and still counts as broken. Calls 15 - 16 (an H100) ran 0.1.5's cases 45 - 84 twice:
+    # every case of the suite now, each in an A/A pair of one call.
+    assert "| 0.1.5 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 13 | 51 | 0 | 22 | - | - |" in coverage
     # Gen6 calls 12 - 14 (an H100, with the pulse): 0.1.2 - 0.1.4's FP8-channel dense GEMMs hang
     # at 2048 tokens in some runs and give inf in others; the hang says after which batch.
+    # Calls 15 - 17 took 0.1.4 to case 76.
     assert (
-        "| 0.1.4 | 26 | 23 | gen6 24, gen2 2 | H100 80GB HBM3, H200 | 4 | 9 | 0 | 16 |"
-        " 25-44, 46-58, 60-84 | 17, 45, 59 |"
+        "| 0.1.4 | 76 | 75 | gen6 76 | H100 80GB HBM3 | 6 | 41 | 0 | 28 | 77-84 | 17 |"
     ) in coverage
+    # A hang inside a check turn is judged on the GPU limit (`--gpu-timeout`, 30 s) and says so.
+    assert (
+        "| 0.1.5 | qkv-gptq-int4-g128-bf16-5120x2048 | hang |  | no progress for 30 s in its GPU"
+        " turn (gpu_check m=2048); worker process group killed, next case runs in a fresh"
+        " process | gen6 |"
+    ) in problems
     assert (
         "| 0.1.4 | qkv-fp8-channel-fp8-e4m3-2048x1536 | hang in 1 of 2 runs | 2048 | err_units inf"
         " > 1 (the rounding and accumulation bound); no progress for 90 s after batch m=128;"

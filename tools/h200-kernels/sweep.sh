@@ -98,7 +98,12 @@ run_one() {
     if [ "${#cases[@]}" -eq 1 ]; then
         echo "$tag: every case in earlier records"; echo "$tag" >>"$work/done.txt"; return
     fi
-    [ -s "$work/records-$t.txt" ] && echo "$tag: resuming with $(( ${#cases[@]} - 1 )) cases"
+    if [ -s "$work/records-$t.txt" ]; then
+        # Earlier records that hold no case (cut before the first finished) leave the whole
+        # suite: no `--cases` at all (gen6 call 17 printed "resuming with -1 cases" for it).
+        if [ "${#cases[@]}" -eq 0 ]; then echo "$tag: resuming with the whole suite"
+        else echo "$tag: resuming with $(( ${#cases[@]} - 1 )) cases"; fi
+    fi
     install_release "$v" || { echo "$tag: install failed"; cat "$work/pip-$v.log"; return; }
     left=$(( deadline - ($(date +%s) - start) ))
     if [ "$left" -lt 20 ]; then echo "$tag: skipped, deadline"; return; fi
