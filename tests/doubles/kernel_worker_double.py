@@ -18,7 +18,10 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
       "hang-in-turn"    takes a shared turn on the plan's GPU lock and, once another worker
                         has claimed a case, enters its first batch size's check as the real
                         worker does (the product's `CaseSignals.on_gpu`), then sleeps forever
-                        in it (a kernel that hangs during its checks)
+                        in it (a kernel that hangs during its checks), also when the
+                        watchdog reruns it alone
+      "hang-beside-others"  "hang-in-turn" beside other workers, "ok" when the plan says
+                        the case is rerun alone (a kernel starved while another one hung)
       "crash"           exits with status 7 after the start event
       "raise"           raises RuntimeError("CUDA error: an illegal memory access was
                         encountered") after the start event, uncaught: Python prints the
@@ -87,6 +90,8 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
     while (index := queue.claim()) is not None:
         case = plan["cases"][index]
         behaviour = behaviours.get(case["name"], "ok")
+        if behaviour == "hang-beside-others":
+            behaviour = "ok" if plan.get("alone") else "hang-in-turn"
         emit("start", index=index, case=case["name"])
         if behaviour == "hang":
             time.sleep(3600)
@@ -105,7 +110,7 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
                 # (and so queues behind this turn), then sticks: that worker waits past the
                 # limit.
                 deadline = time.monotonic() + 60
-                while queue.remaining() >= after and time.monotonic() < deadline:
+                while after and queue.remaining() >= after and time.monotonic() < deadline:
                     time.sleep(0.05)
                 with signals.on_gpu("gpu_check", plan["batch_sizes"][0]):
                     time.sleep(3600)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -219,3 +220,40 @@ def test_a_case_with_nothing_to_time_takes_no_timing_turn(
     assert "timing_wait_seconds" not in result
     stages = [json.loads(line).get("stage") for line in stream.getvalue().splitlines()]
     assert stages == ["built", "batch", "batch"]
+
+
+@pytest.mark.parametrize("alone", [False, True], ids=["beside-others", "rerun-alone"])
+def test_a_case_rerun_alone_has_the_gpu_to_itself_from_its_first_launch(
+    tmp_path: Any, alone: bool
+) -> None:
+    # Another worker's check holds the GPU (shared) until this case waits for it. Beside others,
+    # the case launches and checks under that shared turn and first waits for its timing turn;
+    # rerun alone (the watchdog's rerun of a hang), it waits before its first launch.
+    lock = str(tmp_path / "gpu.lock")
+    plan = {**PLAN, "gpu_lock": lock, "alone": alone}
+    stream = io.StringIO()
+    done: list[dict[str, Any]] = []
+
+    def stages() -> list[str]:
+        return [json.loads(line).get("stage") for line in stream.getvalue().splitlines()]
+
+    with probe.gpu_turn(lock, exclusive=False):
+        worker = threading.Thread(
+            target=lambda: done.append(probe.run_case(DENSE, plan, probe.Events(stream), 0)),
+            daemon=True,
+        )
+        worker.start()
+        deadline = time.monotonic() + 300
+        while "gpu_wait" not in stages() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    worker.join(300)
+    assert done, "the case never finished"
+    state, _ = assess_case(done[0])
+    assert state in (CaseState.OK, CaseState.NONDETERMINISTIC)
+    seen = stages()
+    first_wait, first_check = seen.index("gpu_wait"), seen.index("gpu_check")
+    if alone:
+        assert seen[:first_wait] == ["built"]
+        assert first_wait < first_check
+    else:
+        assert first_wait > max(i for i, stage in enumerate(seen) if stage == "gpu_check")

@@ -178,3 +178,26 @@ def test_a_case_that_crashed_as_a_whole_is_judged_at_each_batch_size(tmp_path: P
         f" | {reason} |"
         for m in (1, 16, 128, 2048)
     ]
+
+
+def test_a_hang_beside_other_workers_is_listed_apart_from_one_that_came_back_alone(
+    tmp_path: Path,
+) -> None:
+    first = {"state": "hang", "reason": "no progress for 30 s in its GPU turn (gpu_check m=2048)"}
+    went_through = _record("0.1.20", "through")
+    went_through["cases"][0]["first_attempt"] = first
+    _write(tmp_path, "gen9/call1", went_through)
+    again = _record("0.1.20", "again")
+    again["cases"][1].update(
+        state="hang",
+        reason="no progress for 30 s in its GPU turn (gpu_check m=2048), rerun alone",
+        batches=[],
+        first_attempt=first,
+    )
+    _write(tmp_path, "gen9/call1", again)
+    assert _table(_generated(tmp_path), "## 2. Out of tolerance")[1:] == [
+        "| 0.1.20 | moe-down-mxfp4-bf16-2048x768-e128k8 | hang beside others |  | hung beside "
+        "other workers in 1 of 2 runs, not when rerun alone | gen9 |",
+        "| 0.1.20 | moe-down-mxfp4-bf16-2048x768-e128k8-wide-scales | hang in 1 of 2 runs |  | no "
+        "progress for 30 s in its GPU turn (gpu_check m=2048), rerun alone | gen9 |",
+    ]

@@ -96,6 +96,9 @@ def test_a_hung_case_is_a_result_and_the_next_case_runs_in_a_fresh_process(
         "fresh process"
     )
     assert run.launches == 2
+    # One worker, no lock shared with other runs: it hung alone, so nothing is rerun.
+    assert "first_attempt" not in run.results[1]
+    assert not (tmp_path / "w" / "alone").exists()
     launched = [tuple(map(int, line.split())) for line in pids.read_text().splitlines()]
     assert len(launched) == 2
     hung_pid, hung_child = launched[0]
@@ -205,9 +208,20 @@ def test_with_jobs_a_hang_in_one_worker_leaves_the_others_running(
     run = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2).run(_plan(), tmp_path)
     assert [r.get("state") for r in run.results] == ["hang", None, "crash", None]
     assert run.results[2]["reason"] == "worker exited with status 7 during the case"
+    # It hangs alone too: the rerun's hang, with the first one kept.
+    assert run.results[0]["reason"] == (
+        "no progress for 3 s after start, rerun alone; worker process group killed, next case "
+        "runs in a fresh process"
+    )
+    assert run.results[0]["first_attempt"] == {
+        "state": "hang",
+        "reason": "no progress for 3 s after start; worker process group killed, next case runs "
+        "in a fresh process",
+    }
+    assert "first_attempt" not in run.results[2]  # a crash is its own worker's, never rerun
     # Two first workers; a fresh one after the crash (the hung worker's lane finds nothing left
-    # or takes the last case, depending on which ends first).
-    assert run.launches in (3, 4)
+    # or takes the last case, depending on which ends first); one for the rerun.
+    assert run.launches in (4, 5)
 
 
 def test_a_kernel_hung_in_its_gpu_turn_is_the_one_hang_not_the_workers_queued_behind_it(
@@ -219,7 +233,7 @@ def test_a_kernel_hung_in_its_gpu_turn_is_the_one_hang_not_the_workers_queued_be
     work = tmp_path / "w"
     run = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2).run(_plan(), work)
     assert [r.get("state") for r in run.results] == ["hang", None, None, None]
-    assert run.results[0]["reason"] == (
+    assert run.results[0]["first_attempt"]["reason"] == (
         "no progress for 3 s in its GPU turn (gpu_check m=1); worker process group killed, next "
         "case runs in a fresh process"
     )
@@ -248,8 +262,8 @@ def test_a_kernel_stuck_in_its_gpu_turn_is_hung_after_the_gpu_limit_work_outside
     run = dog.run(_plan(), work)
     assert [r.get("state") for r in run.results] == ["hang", None, None, None]
     assert run.results[0]["reason"] == (
-        "no progress for 1 s in its GPU turn (gpu_check m=1); worker process group killed, next "
-        "case runs in a fresh process"
+        "no progress for 1 s in its GPU turn (gpu_check m=1), rerun alone; worker process group "
+        "killed, next case runs in a fresh process"
     )
     assert [r["batches"][0]["rel_err"] for r in run.results[1:]] == [[1e-3, 1e-3]] * 3
     # Each of them entered and left its timing turn; the hung one never left its check.
@@ -267,6 +281,71 @@ def test_a_kernel_stuck_in_its_gpu_turn_is_hung_after_the_gpu_limit_work_outside
             for stage, on in (("gpu_timing", True), ("left_gpu", None))
         ),
     ]
+
+
+def test_a_case_that_hung_beside_other_workers_is_rerun_alone_and_judged_by_that(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Case 0 sticks in its check beside the other workers and runs through once alone (a kernel
+    # starved while another one hung): the record says both.
+    _policy(monkeypatch, cases={NAMES[0]: "hang-beside-others"}, pulse_s=0.2)
+    work = tmp_path / "w"
+    dog = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1)
+    run = dog.run(_plan(), work)
+    assert [r.get("state") for r in run.results] == [None, None, None, None]
+    assert [r["batches"][0]["rel_err"] for r in run.results] == [[1e-3, 1e-3]] * 4
+    assert run.results[0]["first_attempt"] == {
+        "state": "hang",
+        "reason": "no progress for 1 s in its GPU turn (gpu_check m=1); worker process group "
+        "killed, next case runs in a fresh process",
+    }
+    assert ["first_attempt" in r for r in run.results] == [True, False, False, False]
+    # The rerun: the hung case alone, on one worker, under the run's GPU lock, no ceilings.
+    (rerun,) = [json.loads(p.read_text()) for p in (work / "alone").glob("plan-*.json")]
+    assert rerun["cases"] == [CASES[0]]
+    assert rerun["alone"] is True
+    assert rerun["ceilings"] is False
+    assert rerun["gpu_lock"] == str(work / "gpu.lock")
+    assert rerun["queue"] == str(work / "alone" / "queue")
+    # Two workers, a fresh one after the hang (or not, as the queue empties), one for the rerun.
+    assert run.launches in (3, 4)
+    assert sorted(p.name for p in (work / "alone").glob("plan-*.json")) == [
+        f"plan-{run.launches}.json"
+    ]
+
+
+def test_an_interrupt_during_the_rerun_keeps_the_hang_and_what_the_rerun_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cases 0 and 1 hang beside others; the rerun of case 0 finishes, then a Ctrl-C comes while
+    # case 1 reruns (the sleep of the watchdog's poll raises it).
+    _policy(
+        monkeypatch,
+        cases={NAMES[0]: "hang-beside-others", NAMES[1]: "hang"},
+        pulse_s=0.2,
+    )
+    work = tmp_path / "w"
+
+    def sleep(seconds: float) -> None:
+        if (work / "alone" / "queue").exists() and (work / "alone" / "queue").read_text() == "2":
+            events = (work / "alone").glob("events-*.jsonl")
+            if any('"event": "case"' in p.read_text() for p in events):
+                raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    dog = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1, sleep=sleep)
+    with pytest.raises(KeyboardInterrupt):
+        dog.run(_plan(), work)
+    results = dog.progress.snapshot().results
+    assert [r.get("state") for r in results] == [None, "hang", None, None]
+    assert results[0]["first_attempt"]["state"] == "hang"
+    assert results[0]["batches"][0]["rel_err"] == [1e-3, 1e-3]
+    # Case 1's rerun never finished: its first hang stands, as it was.
+    assert results[1]["reason"] == (
+        "no progress for 3 s after start; worker process group killed, next case runs in a "
+        "fresh process"
+    )
+    assert "first_attempt" not in results[1]
 
 
 def test_the_gpu_limit_never_exceeds_the_limit_outside_a_turn() -> None:

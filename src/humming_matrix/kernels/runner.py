@@ -27,7 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -559,6 +559,7 @@ def run_batch(
         batch["quant_err"] = []
     watch = _Stopwatch(signals)
     lock = plan.get("gpu_lock")
+    alone = bool(plan.get("alone"))  # `watchdog.Watchdog`'s rerun of a case that hung
     timer: _Timing | None = None
     try:
         for draw in range(int(plan["draws"])):
@@ -575,10 +576,13 @@ def run_batch(
             fn = layer.call(x_gpu, moe)
             began = watch.add("inputs", began)
             if draw == 0:
-                fn()  # the first call JIT-compiles: CPU work, kept out of the GPU lock
-                torch.cuda.synchronize()
+                # The first call JIT-compiles: CPU work, kept out of the GPU lock, unless the
+                # case is rerun alone after a hang (its kernels then cached, its launches alone).
+                with gpu_turn(lock, waiting=signals.waiting) if alone else nullcontext():
+                    fn()
+                    torch.cuda.synchronize()
                 watch.add("compile", began)
-            with watch.turn(lock, "gpu_check", exclusive=False, m=m):
+            with watch.turn(lock, "gpu_check", exclusive=alone, m=m):
                 out = fn().contiguous()
                 torch.cuda.synchronize()
                 same = 0

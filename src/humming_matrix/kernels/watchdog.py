@@ -8,6 +8,12 @@ every few seconds (`runner.gpu_turn`): only the worker that stalls is hung, not 
 behind it. Inside a turn of its own (its last event says `on_gpu`) a worker runs kernels only,
 so it is hung after `gpu_timeout_s`, a shorter limit: every worker of the machine waits while a
 hung kernel holds the lock (gen6 calls 12 - 14 lost 90 - 150 s of the whole machine a hang).
+Where other workers shared the GPU (`jobs` > 1, or a lock shared with other runs), each case
+that hung is run once more at the end, alone: one worker, its checks taking the GPU lock
+exclusively (`"alone"` in its plan). Its result is that rerun's, with the hang beside the others
+kept as `first_attempt`: gen6 calls 15 - 17 recorded 53 hangs of dense GEMMs at 2048 tokens
+inside their check turns, beside 15 other workers, that the records alone cannot tell from a
+kernel starved by another's hang.
 A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker stops
 by itself after a case that raised (a CUDA error can poison its context), and a fresh one
 picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
@@ -200,30 +206,61 @@ class Watchdog:
     def run(self, plan: dict[str, Any], workdir: Path) -> SuiteRun:
         """Run every case of `plan` (its "cases" list) on up to `jobs` workers at once, `workdir`
         holding plans, events, logs, the case queue and (with several workers and no lock of
-        the caller's) the GPU lock under which their timing loops run alone."""
+        the caller's) the GPU lock under which their timing loops run alone; then rerun alone
+        each case that hung beside other workers."""
         workdir.mkdir(parents=True, exist_ok=True)
         if self.jobs > 1 and not plan.get("gpu_lock"):
             plan = dict(plan, gpu_lock=str(workdir / "gpu.lock"))
         total = len(plan["cases"])
         p = self.progress = _Progress()
-        queue = CaseQueue(workdir / "queue", total)
+        self._pass(plan, workdir, p, self.jobs)
+        if not p.env and p.import_error is None and not p.results:
+            raise InfrastructureError(f"the kernel worker never reported; see {workdir}")
+        if p.import_error is not None:
+            for i in range(total):
+                p.results.setdefault(i, _moot(plan, i, f"import humming: {p.import_error}"))
+        elif plan.get("gpu_lock"):
+            self._rerun_alone(plan, workdir / "alone")
+        return p.snapshot()
+
+    def _rerun_alone(self, plan: dict[str, Any], workdir: Path) -> None:
+        """Each case that hung, once more on one worker whose checks hold the GPU alone. Its
+        result replaces the hang, which it keeps as `first_attempt`; an interrupt keeps the
+        reruns that finished."""
+        p = self.progress
+        hung = [i for i in sorted(p.results) if p.results[i].get("state") == "hang"]
+        if not hung:
+            return
+        again = _Progress(launches=p.launches)
+        rerun = dict(plan, cases=[plan["cases"][i] for i in hung], ceilings=False, alone=True)
+        try:
+            self._pass(rerun, workdir, again, jobs=1)
+        finally:
+            p.launches = again.launches
+            for k, result in again.results.items():
+                first = p.results[hung[k]]
+                attempt = {"state": first["state"], "reason": first["reason"]}
+                p.results[hung[k]] = {**result, "first_attempt": attempt}
+
+    def _pass(self, plan: dict[str, Any], workdir: Path, p: _Progress, jobs: int) -> None:
+        """Every case of `plan` on up to `jobs` workers, what they report going into `p`."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        queue = CaseQueue(workdir / "queue", len(plan["cases"]))
         queue.reset()
         lanes: list[_Lane] = []
         with ExitStack() as stack:
             # Runs last on the way out, after every lane's process group is gone: an interrupt
             # keeps the cases the workers finished since the last poll.
-            stack.push(lambda kind, exc, tb: self._keep_finished(lanes) if kind else None)
+            stack.push(lambda kind, exc, tb: _keep_finished(lanes, p) if kind else None)
             while True:
                 idle = sum(1 for lane in lanes if not lane.started)
-                while (
-                    p.import_error is None and len(lanes) < self.jobs and queue.remaining() > idle
-                ):
-                    lanes.append(self._launch(stack, plan, workdir, queue))
+                while p.import_error is None and len(lanes) < jobs and queue.remaining() > idle:
+                    lanes.append(self._launch(stack, plan, workdir, queue, p, jobs))
                     idle += 1
                 if not lanes:
                     break
                 for lane in list(lanes):
-                    if self._tend(lane, plan, queue):
+                    if self._tend(lane, plan, queue, p):
                         lane.resources.close()
                         lanes.remove(lane)
                 if p.import_error is not None:
@@ -233,17 +270,16 @@ class Watchdog:
                     break
                 if lanes:
                     self.sleep(self.poll_s)
-        if not p.env and p.import_error is None and not p.results:
-            raise InfrastructureError(f"the kernel worker never reported; see {workdir}")
-        if p.import_error is not None:
-            for i in range(total):
-                p.results.setdefault(i, _moot(plan, i, f"import humming: {p.import_error}"))
-        return p.snapshot()
 
     def _launch(
-        self, stack: ExitStack, plan: dict[str, Any], workdir: Path, queue: CaseQueue
+        self,
+        stack: ExitStack,
+        plan: dict[str, Any],
+        workdir: Path,
+        queue: CaseQueue,
+        p: _Progress,
+        jobs: int,
     ) -> _Lane:
-        p = self.progress
         p.launches += 1
         n = p.launches
         # Ceilings are measured once, by the first worker.
@@ -260,27 +296,28 @@ class Watchdog:
         stack.callback(resources.close)
         log = resources.enter_context(log_path.open("wb"))
         argv = [*self.worker, str(plan_path), str(events_path)]
-        env = worker_environment(self.jobs, os.environ, os.cpu_count())
+        env = worker_environment(jobs, os.environ, os.cpu_count())
         proc = resources.enter_context(worker_process(argv, log, env))
         return _Lane(proc, _EventReader(events_path), log_path, resources, self.clock())
 
-    def _tend(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue) -> bool:
+    def _tend(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue, p: _Progress) -> bool:
         """Take the lane's new events; True once its worker is gone (exited, or killed as hung),
         with what that means for its case recorded."""
-        p = self.progress
         events = lane.reader.read()
         p.take(events, lane)
         if events:
             lane.last_pulse = self.clock()
         if lane.proc.poll() is not None:
             p.take(lane.reader.read(), lane)
-            self._exited(lane, plan, queue)
+            _exited(lane, plan, queue, p)
             return True
         limit = self.gpu_timeout_s if lane.on_gpu else self.timeout_s
         if self.clock() - lane.last_pulse > limit:
             stop_group(lane.proc, KILL_GRACE_SECONDS)
             stalled = lane.current if lane.current is not None else queue.claim()
             where = f"in its GPU turn ({lane.stage})" if lane.on_gpu else f"after {lane.stage}"
+            if plan.get("alone"):
+                where += ", rerun alone"
             if stalled is not None:
                 p.results[stalled] = {
                     "case": plan["cases"][stalled],
@@ -292,35 +329,36 @@ class Watchdog:
             return True
         return False
 
-    def _exited(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue) -> None:
-        p = self.progress
-        if p.import_error is not None:
-            return
-        status = lane.proc.returncode
-        if lane.current is not None and lane.current not in p.results:
-            p.results[lane.current] = _crash(
-                plan["cases"][lane.current],
-                f"worker exited with status {status} during the case",
-                lane.log_path,
-            )
-            return
-        if lane.started or (status == 0 and not queue.remaining()):
-            return
-        # The worker died before starting any case: charge it to the next case so the run
-        # always advances.
-        index = queue.claim()
-        if index is not None:
-            p.results[index] = _crash(
-                plan["cases"][index],
-                f"worker exited with status {status} before the case began",
-                lane.log_path,
-            )
 
-    def _keep_finished(self, lanes: list[_Lane]) -> None:
-        for lane in lanes:
-            for event in lane.reader.read():
-                if event.get("event") == "case":
-                    self.progress.results[int(event["index"])] = dict(event["result"])
+def _exited(lane: _Lane, plan: dict[str, Any], queue: CaseQueue, p: _Progress) -> None:
+    if p.import_error is not None:
+        return
+    status = lane.proc.returncode
+    if lane.current is not None and lane.current not in p.results:
+        p.results[lane.current] = _crash(
+            plan["cases"][lane.current],
+            f"worker exited with status {status} during the case",
+            lane.log_path,
+        )
+        return
+    if lane.started or (status == 0 and not queue.remaining()):
+        return
+    # The worker died before starting any case: charge it to the next case so the run
+    # always advances.
+    index = queue.claim()
+    if index is not None:
+        p.results[index] = _crash(
+            plan["cases"][index],
+            f"worker exited with status {status} before the case began",
+            lane.log_path,
+        )
+
+
+def _keep_finished(lanes: list[_Lane], p: _Progress) -> None:
+    for lane in lanes:
+        for event in lane.reader.read():
+            if event.get("event") == "case":
+                p.results[int(event["index"])] = dict(event["result"])
 
 
 def _moot(plan: dict[str, Any], index: int, reason: str) -> dict[str, Any]:

@@ -52,12 +52,22 @@ class KernelBatch:
 
 
 @dataclass(frozen=True)
+class FirstAttempt:
+    """A case that hung beside other workers, as it went then; the case's own fields are its
+    rerun alone (`kernels.watchdog`)."""
+
+    state: CaseState
+    reason: str
+
+
+@dataclass(frozen=True)
 class KernelCase:
     name: str
     state: CaseState
     batches: tuple[KernelBatch, ...]
     spec: Mapping[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    first_attempt: FirstAttempt | None = None
 
 
 @dataclass(frozen=True)
