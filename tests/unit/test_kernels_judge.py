@@ -201,6 +201,24 @@ def test_a_fix_of_a_failure_that_came_now_and_then_says_how_often_it_came() -> N
     ] * 2
 
 
+def test_a_run_that_hung_beside_other_workers_and_went_through_alone_is_named() -> None:
+    ok = [_batch(), _batch(m=2048)]
+    rerun = _record("0.1.5", {"a": ok})
+    rerun["cases"][0]["first_attempt"] = {"state": "hang", "reason": "no progress for 30 s"}
+    before = [_record("0.1.5", {"a": ok}), rerun]
+    after = [_record("0.1.6", {"a": ok}), _record("0.1.6", {"a": ok})]
+    cmp = compare_kernel_records(before, after)
+    # Judged on the rerun's numbers (the same as the other run's here), the rerun named.
+    assert [(v.m, v.verdict, v.note) for v in cmp.verdicts] == [
+        (m, Verdict.SAME, "baseline hung beside other workers in 1 of 2 runs, not when rerun alone")
+        for m in (64, 2048)
+    ]
+    assert cmp.exit_code == 0
+    assert [v.note for v in compare_kernel_records(after, before).verdicts] == [
+        "candidate hung beside other workers in 1 of 2 runs, not when rerun alone"
+    ] * 2
+
+
 def test_a_whole_case_broken_on_both_sides_is_still_broken_and_fixed_is_fine() -> None:
     base = _record("0.1.5", {"a": "unsupported", "b": "hang"})
     cand = _record("0.1.6", {"a": "unsupported", "b": "hang"})

@@ -116,6 +116,9 @@ class Side:
     gpus: frozenset[str] = frozenset()  # the GPU model of each run that timed it
     runs: int = 1  # the runs pooled here
     broken: tuple[CaseState, ...] = ()  # the state of each of them that gave no usable numbers
+    # Of them, those whose case hung beside other workers and went through rerun alone
+    # (`first_attempt` in the record): their numbers are the rerun's.
+    hung_beside_others: int = 0
 
     @property
     def intermittent(self) -> str:
@@ -334,8 +337,10 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                         "deterministic": True,
                         "host_gaps": False,
                         "gpus": set(),
+                        "beside": 0,
                     },
                 )
+                slot["beside"] += bool(case.get("first_attempt"))
                 # Batches with numbers are re-judged by the current tolerance, whatever state the
                 # record was written with; a state the numbers cannot show (crash, hang) stays.
                 stored = batch.get("state")
@@ -386,6 +391,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             gpus=frozenset(slot.get("gpus", ())),
             runs=len(slot["states"]),
             broken=tuple(st for st in slot["states"] if not st.produced_numbers),
+            hung_beside_others=slot.get("beside", 0),
         )
     return pooled
 
@@ -479,12 +485,12 @@ def compare_kernel_records(
         b, c = base.get(key), cand.get(key)
         name, m = key
         if b is None:
-            verdicts.append(CaseVerdict(name, m, Verdict.NEW, TimeVerdict.UNKNOWN, None, c))
-            continue
-        if c is None:
-            verdicts.append(CaseVerdict(name, m, Verdict.MISSING, TimeVerdict.UNKNOWN, b, None))
-            continue
-        verdicts.append(_verdict(name, m, b, c))
+            verdict = CaseVerdict(name, m, Verdict.NEW, TimeVerdict.UNKNOWN, None, c)
+        elif c is None:
+            verdict = CaseVerdict(name, m, Verdict.MISSING, TimeVerdict.UNKNOWN, b, None)
+        else:
+            verdict = _verdict(name, m, b, c)
+        verdicts.append(_with_reruns(verdict))
     return KernelComparison(
         baseline_versions=_versions(base_records),
         candidate_versions=_versions(cand_records),
@@ -567,6 +573,18 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         note = f"{note}; {change}" if note else change
     tv, ratio, tnoise = _time_verdict(b, c)
     return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise, note=note)
+
+
+def _with_reruns(v: CaseVerdict) -> CaseVerdict:
+    """The verdict, its note naming the runs of either side that hung beside other workers and
+    went through alone: a kernel that hangs now and then, or one starved by another's hang."""
+    notes = [
+        f"{side} hung beside other workers in {s.hung_beside_others} of {s.runs} runs, "
+        "not when rerun alone"
+        for side, s in (("baseline", v.baseline), ("candidate", v.candidate))
+        if s is not None and s.hung_beside_others
+    ]
+    return replace(v, note="; ".join(filter(None, (v.note, *notes)))) if notes else v
 
 
 def _versions(records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
