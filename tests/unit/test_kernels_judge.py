@@ -217,6 +217,24 @@ def test_a_run_that_hung_beside_other_workers_and_went_through_alone_is_named() 
     assert [v.note for v in compare_kernel_records(after, before).verdicts] == [
         "candidate hung beside other workers in 1 of 2 runs, not when rerun alone"
     ] * 2
+    # A rerun that crashed gave no numbers: broken, and still not a hang when alone.
+    crashed = _record("0.1.6", {"a": "crash"})
+    crashed["cases"][0]["first_attempt"] = {"state": "hang", "reason": "no progress for 30 s"}
+    assert [
+        (v.m, v.verdict, v.note) for v in compare_kernel_records(after, [crashed]).verdicts
+    ] == [
+        (
+            m,
+            Verdict.NEWLY_BROKEN,
+            "crash reason; candidate hung beside other workers in 1 of 1 runs, not when rerun "
+            "alone",
+        )
+        for m in (64, 2048)
+    ]
+    # One that hung again alone is a hang, named as no more than that.
+    again = _record("0.1.6", {"a": "hang"})
+    again["cases"][0]["first_attempt"] = {"state": "hang", "reason": "no progress for 30 s"}
+    assert [v.note for v in compare_kernel_records(after, [again]).verdicts] == ["hang reason"] * 2
 
 
 def test_a_whole_case_broken_on_both_sides_is_still_broken_and_fixed_is_fine() -> None:

@@ -38,7 +38,12 @@ from table import gpu_label, worst_units  # this folder's per-generation tables
 from humming_matrix.kernels.assess import CaseState, assess_batch, out_of_tolerance
 from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.record import case_reason, humming_version, load_kernel_record
+from humming_matrix.kernels.record import (
+    case_reason,
+    humming_version,
+    hung_only_beside_others,
+    load_kernel_record,
+)
 
 Record = Mapping[str, Any]
 BROKEN = (CaseState.NONFINITE, CaseState.ERROR, CaseState.CRASH, CaseState.HANG)
@@ -89,8 +94,7 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str, str] | None:
     beside = 0  # runs whose case hung beside other workers, then went through alone
     for run in runs:
         case = run.cases[name]
-        if case.get("first_attempt") and case["state"] != CaseState.HANG.value:
-            beside += 1
+        beside += hung_only_beside_others(case)
         batches = case.get("batches") or []
         if not batches:
             states.append(CaseState(case["state"]))

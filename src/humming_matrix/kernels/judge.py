@@ -52,6 +52,7 @@ from humming_matrix.kernels.record import (
     case_reason,
     check_kernel_record,
     gpu_name,
+    hung_only_beside_others,
     load_kernel_record,
 )
 
@@ -312,12 +313,14 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             name = str(case["name"])
             state = CaseState(case["state"])
             batches = case.get("batches") or []
+            beside = int(hung_only_beside_others(case))
             key: tuple[str, int | None]
             if not batches:
                 key = (name, None)
-                slot = acc.setdefault(key, {"states": [], "reason": None})
+                slot = acc.setdefault(key, {"states": [], "reason": None, "beside": 0})
                 slot["states"].append(state)
                 slot["reason"] = case_reason(case)
+                slot["beside"] += beside
                 continue
             for batch in batches:
                 key = (name, int(batch["m"]))
@@ -340,7 +343,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                         "beside": 0,
                     },
                 )
-                slot["beside"] += bool(case.get("first_attempt"))
+                slot["beside"] += beside
                 # Batches with numbers are re-judged by the current tolerance, whatever state the
                 # record was written with; a state the numbers cannot show (crash, hang) stays.
                 stored = batch.get("state")
@@ -391,7 +394,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             gpus=frozenset(slot.get("gpus", ())),
             runs=len(slot["states"]),
             broken=tuple(st for st in slot["states"] if not st.produced_numbers),
-            hung_beside_others=slot.get("beside", 0),
+            hung_beside_others=slot["beside"],
         )
     return pooled
 
@@ -521,7 +524,12 @@ def _spread_whole_cases(
             if have is None:
                 out[key] = whole
                 continue
-            have = replace(have, runs=have.runs + whole.runs, broken=have.broken + whole.broken)
+            have = replace(
+                have,
+                runs=have.runs + whole.runs,
+                broken=have.broken + whole.broken,
+                hung_beside_others=have.hung_beside_others + whole.hung_beside_others,
+            )
             if whole.state.severity > have.state.severity:
                 have = replace(have, state=whole.state, reason=whole.reason)
             out[key] = have

@@ -122,6 +122,12 @@ def case_reason(case: Mapping[str, Any]) -> str | None:
     return f"{reason}: {cause}"
 
 
+def hung_only_beside_others(case: Mapping[str, Any]) -> bool:
+    """The case hung beside other workers (`first_attempt`) and did not hang when the watchdog
+    reran it alone: its fields are the rerun's."""
+    return bool(case.get("first_attempt")) and case.get("state") != CaseState.HANG.value
+
+
 def gpu_name(record: Mapping[str, Any]) -> str | None:
     """The GPU model the record was made on (`torch.cuda` device name), None where unrecorded."""
     env = record.get("environment", {})
