@@ -14,12 +14,14 @@
 # A run that completed is listed in done.txt and skipped by the next call of the same command;
 # a run the deadline cut leaves a partial record, and the next call runs the cases it lacks.
 #
-# A run tagged "0.1.20#3@47-84" runs cases 47 - 84 of the suite alone. SWEEP_SKIP="0.1.20 0.1.20#2"
+# A run tagged "0.1.20#3@47-84" runs cases 47 - 84 of the suite alone; "0.1.5@45,73-74" runs
+# cases 45, 73 and 74 (a probe of chosen cases). SWEEP_SKIP="0.1.20 0.1.20#2"
 # names runs whose records an earlier machine (now given back) made. A cut run that the next call
 # resumes runs only the cases its earlier records lack (its own record then holds those alone).
 #
 # Optional, once per machine (each also listed in done.txt):
-#   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release;
+#   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release
+#                            (SWEEP_GPU_TESTS_K="rerun_alone" passes pytest -k: only those tests);
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
 #                            the machine, cold JIT cache (the default screen), as the run "screen".
 # Records and logs go to $OUT (or ./sweep-out) as one tarball, refreshed every 30 s (so a call
@@ -77,8 +79,11 @@ from humming_matrix.kernels.models import SUITE
 span, listed = sys.argv[1], Path(sys.argv[2])
 names = [c.name for c in SUITE]
 if span:
-    first, last = map(int, span.split("-"))
-    names = names[first - 1 : last]
+    picked = []
+    for part in span.split(","):
+        first, _, last = part.partition("-")
+        picked += names[int(first) - 1 : int(last or first)]
+    names = picked
 done = set()
 for line in listed.read_text().split() if listed.is_file() else []:
     if Path(line).is_file():
@@ -159,6 +164,7 @@ if [ -n "${SWEEP_GPU_TESTS:-}" ] && ! grep -qx gpu-tests "$work/done.txt"; then
     # Its own JIT cache, so that the screen below starts cold.
     HUMMING_CACHE_DIR="$work/jit-tests-$v" PYTHONPATH="$work/site-$v:$work/deps:$PWD/src" \
         timeout 300 python3 -m pytest -m gpu tests/gpu -p no:cacheprovider -q -rA \
+        ${SWEEP_GPU_TESTS_K:+-k "$SWEEP_GPU_TESTS_K"} \
         >"$work/cli-gpu-tests-$v.log" 2>&1
     echo "tests/gpu against $v: exit $? in $(( $(date +%s) - began )) s"
     tail -n 3 "$work/cli-gpu-tests-$v.log"
