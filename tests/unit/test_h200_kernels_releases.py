@@ -43,7 +43,11 @@ def test_the_committed_index_is_the_generated_one() -> None:
     assert _generated(RESULTS) == text
     coverage = _table(text, "## 1. Coverage")
     assert "| 0.1.20 | 84 | 84 | gen4 84 | H200 | 1 | 39 | 0 | 0 | - | - |" in coverage
-    assert "| 0.1.0 | 2 | 0 | gen2 2 | H200 | 0 | 1 | 0 | 1 | 2-4, 6-84 | 1, 5 |" in coverage
+    # Gen6 call 19 (an H100) ran 0.1.0's cases 1 - 16 twice, cut at 8 and 9 cases: the newest
+    # generation's evidence replaces gen2's two cases.
+    assert (
+        "| 0.1.0 | 9 | 8 | gen6 9 | H100 80GB HBM3 | 0 | 2 | 0 | 7 | 9, 11-84 | 10 |"
+    ) in coverage
     assert "| 0.1.12 | 84 | 84 | gen6 84 | H200 | 14 | 31 | 0 | 0 | - | - |" in coverage
     # The sixth generation's first call (an H100) ran 0.1.14's cases 1 - 40 once, its second (an
     # H200) cases 41 - 84 twice.
@@ -83,13 +87,25 @@ def test_the_committed_index_is_the_generated_one() -> None:
     ) in problems
     # ... and still counts as broken. Calls 15 - 16 (an H100) ran 0.1.5's cases 45 - 84 twice:
     # every case of the suite now, each in an A/A pair of one call.
-    assert "| 0.1.5 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 13 | 51 | 0 | 22 | - | - |" in coverage
+    # Call 18's probe reran three of its hung cases; one came back alone, bit-different on
+    # relaunch (52 not bit-identical, was 51).
+    assert "| 0.1.5 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 13 | 52 | 0 | 22 | - | - |" in coverage
     # Gen6 calls 12 - 14 (an H100, with the pulse): 0.1.2 - 0.1.4's FP8-channel dense GEMMs hang
     # at 2048 tokens in some runs and give inf in others; the hang says after which batch.
-    # Calls 15 - 17 took 0.1.4 to case 76.
+    # Calls 15 - 17 took 0.1.4 to case 76, calls 18 - 19 to the end.
+    assert ("| 0.1.4 | 84 | 83 | gen6 84 | H100 80GB HBM3 | 8 | 46 | 0 | 30 | - | 17 |") in coverage
+    # A hang rerun alone (call 18's probe of 0.1.5): the one that came back is counted apart,
+    # the one that hung again says so.
     assert (
-        "| 0.1.4 | 76 | 75 | gen6 76 | H100 80GB HBM3 | 6 | 41 | 0 | 28 | 77-84 | 17 |"
-    ) in coverage
+        "| 0.1.5 | qkv-mxfp4-bf16-5120x2048 | hang in 2 of 3 runs |  | hung beside other workers"
+        " in 1 of 3 runs, not when rerun alone; no progress for 30 s in its GPU turn (gpu_check"
+        " m=2048); worker process group killed, next case  | gen6 |"
+    ) in problems
+    assert (
+        "| 0.1.5 | qkv-gptq-int4-g128-fp8-e4m3-5120x2048 | hang |  | no progress for 30 s in its"
+        " GPU turn (gpu_check m=2048), rerun alone; worker process group killed, next case runs"
+        " in a fresh process; no progress for 30 s in it | gen6 |"
+    ) in problems
     # A hang inside a check turn is judged on the GPU limit (`--gpu-timeout`, 30 s) and says so.
     assert (
         "| 0.1.5 | qkv-gptq-int4-g128-bf16-5120x2048 | hang |  | no progress for 30 s in its GPU"
