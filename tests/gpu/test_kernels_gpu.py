@@ -254,6 +254,7 @@ def test_a_case_rerun_alone_has_the_gpu_to_itself_from_its_first_launch(
     first_wait, first_check = seen.index("gpu_wait"), seen.index("gpu_check")
     if alone:
         assert seen[:first_wait] == ["built"]
-        assert first_wait < first_check
+        assert first_wait < seen.index("first_call") < first_check
     else:
+        assert "first_call" not in seen
         assert first_wait > max(i for i, stage in enumerate(seen) if stage == "gpu_check")

@@ -579,6 +579,12 @@ def run_batch(
                 # The first call JIT-compiles: CPU work, kept out of the GPU lock, unless the
                 # case is rerun alone after a hang (its kernels then cached, its launches alone).
                 with gpu_turn(lock, waiting=signals.waiting) if alone else nullcontext():
+                    if alone:
+                        # A hang here then reads "after first_call m=2048", not "after
+                        # gpu_wait" (gen6 call 18: which batch size hung was not recorded).
+                        signals.events.emit(
+                            "progress", index=signals.index, stage="first_call", m=m
+                        )
                     fn()
                     torch.cuda.synchronize()
                 watch.add("compile", began)

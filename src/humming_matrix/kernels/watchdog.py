@@ -177,7 +177,8 @@ class _Lane:
     started: bool = False  # it claimed at least one case
     # Its last event, for a hang's reason: "start" (built nothing yet), "built", "batch m=16",
     # "gpu_wait" (it had been waiting for the GPU lock, then got it), "gpu_check m=2048" (inside
-    # a turn), "left_gpu m=2048", "timed".
+    # a turn), "left_gpu m=2048", "first_call m=2048" (a rerun alone holding the GPU for its
+    # first, possibly compiling, call), "timed".
     stage: str = "launch"
     on_gpu: bool = False  # the last event entered a GPU turn
 
