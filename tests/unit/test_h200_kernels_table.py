@@ -100,6 +100,12 @@ def test_the_sixth_generation_readme_names_its_gpus_and_says_what_its_records_sa
     ) in release_to_release
     assert "| moe-gate-up-mxfp4-bf16-5760x2880-e32k4 | 1 | 0.1.11 | 0.1.12 | fixed |" in text
     assert "| 0.1.14 | 0.1.15 | worse |" not in release_to_release
+    # The A/A spread per call: call 18 ran 0.1.4's pair (cases 77 - 84) beside a probe of two
+    # other cases; the pair, with the most timed batches in common, is the one measured.
+    aa = text.split("## 3. A/A")[1]
+    assert "| 0.1.4 | call18 | 743b3d / d631e1 | 16 | 1.002 | 1.048x |" in aa
+    assert "| 0.1.6 | call15 | d3dfe7 / c9c81e | 32 | 1.000 | 1.110x |" in aa
+    assert "8133a9" not in aa
     # This session's calls 5 - 8: 0.1.8's cut run (70 of 84 cases) has 56 NaN/Inf and 12 out of
     # tolerance, none within it; 0.1.6 and 0.1.7 crash on the AWQ dense layers, and the cell
     # names the CUDA error from the record's log tail.

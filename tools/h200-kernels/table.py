@@ -15,7 +15,8 @@ Every record under DIR (any depth) is judged by the product's kernel judge
 2. release to release: each release against the previous release that ran the case, every
    verdict other than `same`, with the time verdict;
 3. the A/A check: two runs of one release in one call, their time ratios (the spread a `slower`
-   must exceed);
+   must exceed): per call and release the median and widest ratio, then every ratio of the
+   first pair of each release;
 0. first, a summary per run: how many cases in each state, and the per-stage seconds the
    records carry (where they carry them).
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Mapping
@@ -208,10 +210,8 @@ def main(argv: list[str]) -> int:
                     f"| {name} | {'' if v.m is None else v.m} | {previous} | {version} | "
                     f"{v.verdict.value} | {v.time.value}{shown} | {v.note[:120]} |"
                 )
+    out += ["", *_aa_spread(versions, by_version, records)]
     out += [
-        "",
-        "## 3. A/A: two runs of one release in one call",
-        "",
         "| humming | case | batch | time ratio run 2 / run 1 |",
         "| --- | --- | ---: | ---: |",
     ]
@@ -223,19 +223,62 @@ def main(argv: list[str]) -> int:
         if not pairs:
             continue
         a, b = (records[p] for p in pairs[0][:2])
-        times: dict[tuple[str, int], float] = {}
-        for case in a["cases"]:
-            for batch in case.get("batches") or []:
-                if isinstance(batch.get("time"), dict):
-                    times[(case["name"], batch["m"])] = num(batch["time"]["median_ms"])
-        for case in b["cases"]:
-            for batch in case.get("batches") or []:
-                slot = (case["name"], batch["m"])
-                if slot in times and isinstance(batch.get("time"), dict):
-                    ratio = num(batch["time"]["median_ms"]) / times[slot]
-                    out.append(f"| {version} | {slot[0]} | {slot[1]} | {ratio:.3f} |")
+        times = _timed(a)
+        for slot, ms in _timed(b).items():
+            if slot in times:
+                out.append(f"| {version} | {slot[0]} | {slot[1]} | {ms / times[slot]:.3f} |")
     print("\n".join(out))
     return 0
+
+
+def _timed(record: Mapping[str, Any]) -> dict[tuple[str, int], float]:
+    """The median time (ms) of every timed (case, batch size) of a run."""
+    return {
+        (case["name"], batch["m"]): num(batch["time"]["median_ms"])
+        for case in record["cases"]
+        for batch in case.get("batches") or []
+        if isinstance(batch.get("time"), dict)
+    }
+
+
+def _aa_spread(
+    versions: list[str], by_version: Mapping[str, list[Path]], records: Mapping[Path, Any]
+) -> list[str]:
+    """Per call and release, the A/A spread: of the release's runs in that call, the two with
+    the most timed batches in common (a probe of a few cases beside an A/A pair shares few),
+    their time ratios' median and the widest (the larger of ratio and 1/ratio)."""
+    out = [
+        "## 3. A/A: two runs of one release in one call",
+        "",
+        "Per call and release, the two runs with the most timed batches in common: the median "
+        "time ratio and the widest (the larger of the ratio and its inverse), the spread a "
+        "`slower` must exceed. Then, for the first such pair of each release, every ratio.",
+        "",
+        "| humming | call | runs | timed batches | median ratio | widest |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for version in versions:
+        calls: dict[str, list[Path]] = defaultdict(list)
+        for path in by_version[version]:
+            calls[path.parent.name].append(path)
+        for call, runs in sorted(calls.items(), key=lambda item: _natural(Path(item[0]))):
+            best: tuple[list[float], str] | None = None
+            for i, first in enumerate(runs):
+                for second in runs[i + 1 :]:
+                    a, b = _timed(records[first]), _timed(records[second])
+                    ratios = [b[slot] / a[slot] for slot in a if slot in b]
+                    names = " / ".join(records[p]["run_id"][-6:] for p in (first, second))
+                    if best is None or len(ratios) > len(best[0]):
+                        best = (ratios, names)
+            if best is None or not best[0]:
+                continue
+            ratios, names = best
+            widest = max(max(r, 1 / r) for r in ratios)
+            out.append(
+                f"| {version} | {call} | {names} | {len(ratios)} | "
+                f"{statistics.median(ratios):.3f} | {widest:.3f}x |"
+            )
+    return [*out, ""]
 
 
 if __name__ == "__main__":
