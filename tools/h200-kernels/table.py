@@ -216,10 +216,7 @@ def main(argv: list[str]) -> int:
         "| --- | --- | ---: | ---: |",
     ]
     for version in versions:
-        calls: dict[str, list[Path]] = defaultdict(list)
-        for path in by_version[version]:
-            calls[path.parent.name].append(path)
-        pairs = [runs for runs in calls.values() if len(runs) >= 2]
+        pairs = [runs for runs in _by_call(by_version[version]).values() if len(runs) >= 2]
         if not pairs:
             continue
         a, b = (records[p] for p in pairs[0][:2])
@@ -229,6 +226,15 @@ def main(argv: list[str]) -> int:
                 out.append(f"| {version} | {slot[0]} | {slot[1]} | {ms / times[slot]:.3f} |")
     print("\n".join(out))
     return 0
+
+
+def _by_call(paths: list[Path]) -> dict[str, list[Path]]:
+    """A release's runs per call (the folder they lie in: one machine, one load), calls in
+    natural order."""
+    calls: dict[str, list[Path]] = defaultdict(list)
+    for path in sorted(paths, key=_natural):
+        calls[path.parent.name].append(path)
+    return calls
 
 
 def _timed(record: Mapping[str, Any]) -> dict[tuple[str, int], float]:
@@ -258,10 +264,7 @@ def _aa_spread(
         "| --- | --- | --- | ---: | ---: | ---: |",
     ]
     for version in versions:
-        calls: dict[str, list[Path]] = defaultdict(list)
-        for path in by_version[version]:
-            calls[path.parent.name].append(path)
-        for call, runs in sorted(calls.items(), key=lambda item: _natural(Path(item[0]))):
+        for call, runs in _by_call(by_version[version]).items():
             best: tuple[list[float], str] | None = None
             for i, first in enumerate(runs):
                 for second in runs[i + 1 :]:
