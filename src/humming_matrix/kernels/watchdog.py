@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from humming_matrix.errors import InfrastructureError
+from humming_matrix.kernels.assess import CaseState
 from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.process_group import stop_group
 
@@ -229,7 +230,7 @@ class Watchdog:
         result replaces the hang, which it keeps as `first_attempt`; an interrupt keeps the
         reruns that finished."""
         p = self.progress
-        hung = [i for i in sorted(p.results) if p.results[i].get("state") == "hang"]
+        hung = [i for i in sorted(p.results) if p.results[i].get("state") == CaseState.HANG.value]
         if not hung:
             return
         again = _Progress(launches=p.launches)
@@ -322,7 +323,7 @@ class Watchdog:
             if stalled is not None:
                 p.results[stalled] = {
                     "case": plan["cases"][stalled],
-                    "state": "hang",
+                    "state": CaseState.HANG.value,
                     "reason": f"no progress for {limit:g} s {where}; "
                     "worker process group killed, next case runs in a fresh process",
                     "batches": [],
