@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from humming_matrix.cli import build_parser
-from humming_matrix.cli.kernels import handle
+from humming_matrix.cli.kernels import _interruption, handle
 from humming_matrix.errors import ExitCode, InfrastructureError, UntestableError, UsageError
+from humming_matrix.kernels.watchdog import SuiteRun
 from humming_matrix.store.results import RecordKind, record_paths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -230,6 +231,71 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
     (worker, child) = map(int, pids.read_text().split())
     assert not _running(worker)
     assert not _running(child)
+
+
+def test_sigterm_while_a_hung_case_reruns_alone_says_so_and_keeps_the_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every case ran once and the one that hung is being rerun alone when the deadline's SIGTERM
+    # comes: gen6 call 21 printed "interrupted after 6 of 6 cases" for this.
+    rerun_events = tmp_path / "work" / "alone"
+    stop = threading.Event()
+
+    def terminate_once_the_rerun_starts() -> None:
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            started = [
+                line
+                for path in rerun_events.glob("events-*.jsonl")
+                for line in path.read_text().splitlines()
+                if '"event": "start"' in line
+            ]
+            if started:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            stop.wait(0.02)
+
+    timer = threading.Thread(target=terminate_once_the_rerun_starts)
+    timer.start()
+    try:
+        with pytest.raises(InfrastructureError) as info:
+            _run(
+                tmp_path,
+                monkeypatch,
+                {"cases": {QWEN: "hang"}, "pids": str(tmp_path / "pids")},
+                "--jobs",
+                "2",
+                "--timeout",
+                "3",
+            )
+    finally:
+        stop.set()
+        timer.join()
+    assert info.value.exit_code == 3
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    assert str(info.value) == (
+        "interrupted after all 4 cases ran, while rerunning alone the 1 that hung (1 not rerun); "
+        f"partial record {path}"
+    )
+    record = json.loads(path.read_text())
+    assert record["complete"] is False
+    assert [c["state"] for c in record["cases"]] == ["ok", "ok", "hang", "ok"]
+    assert "first_attempt" not in record["cases"][2]
+    # Every worker (the rerun's too) and its child is gone.
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split() if p != "0"]
+    assert len(pids) >= 3
+    assert not any(_running(pid) for pid in pids)
+
+
+def test_an_interrupt_message_counts_the_reruns_that_finished_and_those_left() -> None:
+    hang = {"state": "hang", "reason": "no progress"}
+    again = {**hang, "first_attempt": hang}
+    ok = {"state": "ok"}
+    assert _interruption(SuiteRun(results=(ok, again, hang)), 3) == (
+        "interrupted after all 3 cases ran, while rerunning alone the 2 that hung (1 not rerun)"
+    )
+    assert _interruption(SuiteRun(results=(ok, ok)), 2) == "interrupted after all 2 cases ran"
+    assert _interruption(SuiteRun(results=(ok, hang)), 5) == "interrupted after 2 of 5 cases"
 
 
 def _running(pid: int) -> bool:

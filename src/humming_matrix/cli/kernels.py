@@ -41,7 +41,12 @@ from humming_matrix.kernels.record import (
     versions_table,
     write_record,
 )
-from humming_matrix.kernels.watchdog import DEFAULT_GPU_TIMEOUT_S, DEFAULT_WORKER, Watchdog
+from humming_matrix.kernels.watchdog import (
+    DEFAULT_GPU_TIMEOUT_S,
+    DEFAULT_WORKER,
+    SuiteRun,
+    Watchdog,
+)
 from humming_matrix.store.kernels import Settings
 from humming_matrix.store.results import new_run_id, utc_now_iso
 
@@ -244,12 +249,29 @@ def handle(
     print(versions_table([record]))
     print(f"record: {path}")
     if not complete:
-        raise InfrastructureError(
-            f"interrupted after {len(run.results)} of {len(cases)} cases; partial record {path}"
-        )
+        raise InfrastructureError(f"{_interruption(run, len(cases))}; partial record {path}")
     if run.import_error is not None:
         raise UntestableError(f"humming cannot be imported here ({run.import_error}); see {path}")
     state = overall_state(record)
     if state in (CaseState.OK, CaseState.UNSUPPORTED):
         return int(ExitCode.OK)
     return int(ExitCode.FAILED)
+
+
+def _interruption(run: SuiteRun, total: int) -> str:
+    """Where the interrupt came. Once every case ran, only the watchdog's reruns alone of the
+    hung cases are left: "interrupted after 6 of 6 cases" (gen6 call 21) read as a contradiction."""
+    if len(run.results) < total:
+        return f"interrupted after {len(run.results)} of {total} cases"
+    rerun = sum(1 for r in run.results if r.get("first_attempt"))
+    left = sum(
+        1
+        for r in run.results
+        if r.get("state") == CaseState.HANG.value and not r.get("first_attempt")
+    )
+    if rerun + left == 0:
+        return f"interrupted after all {total} cases ran"
+    return (
+        f"interrupted after all {total} cases ran, while rerunning alone the {rerun + left} "
+        f"that hung ({left} not rerun)"
+    )
