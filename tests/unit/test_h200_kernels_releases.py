@@ -43,18 +43,29 @@ def test_the_committed_index_is_the_generated_one() -> None:
     assert _generated(RESULTS) == text
     coverage = _table(text, "## 1. Coverage")
     assert "| 0.1.20 | 84 | 84 | gen4 84 | H200 | 1 | 39 | 0 | 0 | - | - |" in coverage
+    problems = _table(text, "## 2. Out of tolerance")
     # Gen6 call 19 (an H100) ran 0.1.0's cases 1 - 16 twice, cut at 8 and 9 cases: the newest
-    # generation's evidence replaces gen2's two cases.
+    # generation's evidence replaces gen2's two cases. Calls 20 - 22 (one H100, kept warm) ran
+    # the rest once in call 20 - 21 and again in calls 21 - 22: two runs of one machine, but
+    # not of one call, so not an A/A pair.
     assert (
-        "| 0.1.0 | 9 | 8 | gen6 9 | H100 80GB HBM3 | 0 | 2 | 0 | 7 | 9, 11-84 | 10 |"
+        "| 0.1.0 | 84 | 8 | gen6 84 | H100 80GB HBM3 | 7 | 45 | 0 | 31 | - | 9-84 |"
     ) in coverage
+    assert (
+        "| 0.1.1 | 84 | 21 | gen6 83, gen2 1 | H100 80GB HBM3, H200 | 7 | 46 | 0 | 32 | - |"
+        " 12, 23-84 |"
+    ) in coverage
+    # 0.1.0 - 0.1.2 give the same GPTQ int8 MoE errors, 0.1.0's from calls 20 - 22.
+    assert (
+        "| 0.1.0 | moe-down-gptq-int4-g128-int8-2048x768-e128k8 | fail | 1, 16, 128, 2048 |"
+        " 56.10 - 86.58u | gen6 |"
+    ) in problems
     assert "| 0.1.12 | 84 | 84 | gen6 84 | H200 | 14 | 31 | 0 | 0 | - | - |" in coverage
     # The sixth generation's first call (an H100) ran 0.1.14's cases 1 - 40 once, its second (an
     # H200) cases 41 - 84 twice.
     assert (
         "| 0.1.14 | 84 | 44 | gen6 84 | H100 80GB HBM3, H200 | 9 | 26 | 0 | 0 | - | 1-40 |"
     ) in coverage
-    problems = _table(text, "## 2. Out of tolerance")
     assert (
         "| 0.1.12 | qkv-gptq-int4-g128-bf16-5120x2048 | fail | 2048 | 363.85 - 980.47u | gen6 |"
     ) in problems
