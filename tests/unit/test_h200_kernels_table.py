@@ -114,3 +114,29 @@ def test_the_sixth_generation_readme_names_its_gpus_and_says_what_its_records_sa
         "| 0.1.7 | call7/8b3a0e | crash: torch.AcceleratorError: CUDA error: an illegal memory"
         " access was encountered |"
     ) in text
+
+
+def test_the_spread_across_calls_of_one_machine_is_what_the_records_say() -> None:
+    # Gen6 calls 20 - 22 (one H100, kept warm) ran each 0.1.0 / 0.1.1 case's second run in a
+    # later call than its first; no case has an A/A pair within one call.
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "h200-kernels" / "across_calls.py"),
+            *(str(GEN6 / f"call{n}") for n in (20, 21, 22)),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    assert done.stdout.splitlines() == [
+        "| humming | calls | timed batches | median ratio | widest |",
+        "| --- | --- | ---: | ---: | ---: |",
+        "| 0.1.0 | call20 / call21 | 76 | 0.999 | 1.039x |",
+        "| 0.1.0 | call20 / call22 | 80 | 0.999 | 1.043x |",
+        "| 0.1.0 | call21 / call22 | 24 | 0.996 | 1.064x |",
+        "| 0.1.1 | call20 / call21 | 60 | 1.000 | 1.035x |",
+        "| 0.1.1 | call20 / call22 | 88 | 1.001 | 1.129x |",
+        "| 0.1.1 | call21 / call22 | 36 | 0.998 | 1.053x |",
+    ]

@@ -220,8 +220,8 @@ def main(argv: list[str]) -> int:
         if not pairs:
             continue
         a, b = (records[p] for p in pairs[0][:2])
-        times = _timed(a)
-        for slot, ms in _timed(b).items():
+        times = timed_batches(a)
+        for slot, ms in timed_batches(b).items():
             if slot in times:
                 out.append(f"| {version} | {slot[0]} | {slot[1]} | {ms / times[slot]:.3f} |")
     print("\n".join(out))
@@ -237,7 +237,7 @@ def _by_call(paths: list[Path]) -> dict[str, list[Path]]:
     return calls
 
 
-def _timed(record: Mapping[str, Any]) -> dict[tuple[str, int], float]:
+def timed_batches(record: Mapping[str, Any]) -> dict[tuple[str, int], float]:
     """The median time (ms) of every timed (case, batch size) of a run."""
     return {
         (case["name"], batch["m"]): num(batch["time"]["median_ms"])
@@ -268,7 +268,7 @@ def _aa_spread(
             best: tuple[list[float], str] | None = None
             for i, first in enumerate(runs):
                 for second in runs[i + 1 :]:
-                    a, b = _timed(records[first]), _timed(records[second])
+                    a, b = timed_batches(records[first]), timed_batches(records[second])
                     ratios = [b[slot] / a[slot] for slot in a if slot in b]
                     names = " / ".join(records[p]["run_id"][-6:] for p in (first, second))
                     if best is None or len(ratios) > len(best[0]):
