@@ -46,7 +46,7 @@ def test_the_committed_index_is_the_generated_one() -> None:
     problems = _table(text, "## 2. Out of tolerance")
     # Gen6 call 19 (an H100) ran 0.1.0's cases 1 - 16 twice, cut at 8 and 9 cases: the newest
     # generation's evidence replaces gen2's two cases. Calls 20 - 22 (one H100, kept warm) ran
-    # the rest once in call 20 - 21 and again in calls 21 - 22: two runs of one machine, but
+    # the rest once in calls 20 - 21 and again in calls 21 - 22: two runs of one machine, but
     # not of one call, so not an A/A pair.
     assert (
         "| 0.1.0 | 84 | 8 | gen6 84 | H100 80GB HBM3 | 7 | 45 | 0 | 31 | - | 9-84 |"

@@ -4,8 +4,8 @@ in two of the CALL folders given, which the A/A table of `table.py` (runs of one
 
     python tools/h200-kernels/across_calls.py results/h200/gen6/call20 ... call22
 
-Per release and pair of calls: the timed batches both calls ran (the mean of a call's runs where
-it ran one several times), their time ratios' median and the widest (the larger of the ratio and
+Per release and pair of calls: the timed batches both calls ran (a batch a call timed in several
+runs takes their mean), their time ratios' median and the widest (the larger of the ratio and
 its inverse). Gen6 calls 20 - 22 ran 0.1.0 and 0.1.1 on one H100, kept warm between calls, each
 case's second run in a later call than its first: is that as good as an A/A pair of one call?
 """
@@ -18,6 +18,7 @@ from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
 
+from packaging.version import Version
 from table import timed_batches  # this folder's per-generation tables
 
 from humming_matrix.kernels.record import humming_version, load_kernel_record
@@ -37,7 +38,7 @@ def spreads(calls: list[Path]) -> list[str]:
         "| humming | calls | timed batches | median ratio | widest |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
-    for version in sorted(times, key=lambda v: tuple(map(int, v.split(".")))):
+    for version in sorted(times, key=Version):
         by_call = times[version]
         for first, second in combinations([c.name for c in calls if c.name in by_call], 2):
             a, b = by_call[first], by_call[second]
