@@ -383,7 +383,10 @@ def test_a_cuda_crash_while_serving_is_recorded_as_a_crash(tmp_path: Path) -> No
 def test_resume_refuses_a_record_of_another_environment(tmp_path: Path) -> None:
     """A store merges records by copying files; a partial record measured with another vLLM
     (same config, same humming) must not be finished here."""
-    config = write_config(tmp_path, threshold=0.5)
+    # One request at a time, so questions 0 - 3 are answered before 4 fails: concurrently, 4's
+    # immediate 500 could stop the run before any answer came, which leaves nothing to resume
+    # (a clean-clone CI run on 2 cores, 2026-12-06, started afresh and exited 0).
+    config = write_config(tmp_path, threshold=0.5, extra="max_concurrency: 1\n")
     store = tmp_path / "store"
     done = cli(
         "run",
