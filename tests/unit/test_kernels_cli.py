@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -190,38 +192,25 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
 ) -> None:
     pids = tmp_path / "pids"
     events = tmp_path / "work" / "events-1.jsonl"
-    hanging = threading.Event()
 
-    def terminate_once_the_third_case_hangs() -> None:
-        # Signal when the worker has begun the hanging case (two cases finished), not after a
-        # fixed delay that a slow machine could outrun.
-        deadline = time.monotonic() + 60
-        while not hanging.is_set() and time.monotonic() < deadline:
-            lines = events.read_text().splitlines() if events.exists() else []
-            if any(
-                json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
-                for x in lines
-                if x.endswith("}")
-            ):
-                break
-            hanging.wait(0.02)
-        if not hanging.is_set():
-            os.kill(os.getpid(), signal.SIGTERM)
+    def third_case_began() -> bool:
+        # The worker has begun the hanging case (two cases finished): not a fixed delay that a
+        # slow machine could outrun.
+        lines = events.read_text().splitlines() if events.exists() else []
+        return any(
+            json.loads(x).get("event") == "start" and json.loads(x).get("index") == 2
+            for x in lines
+            if x.endswith("}")
+        )
 
-    timer = threading.Thread(target=terminate_once_the_third_case_hangs)
-    timer.start()
-    try:
-        with pytest.raises(InfrastructureError) as info:
-            _run(
-                tmp_path,
-                monkeypatch,
-                {"cases": {QWEN: "hang"}, "pids": str(pids)},
-                "--timeout",
-                "120",
-            )
-    finally:
-        hanging.set()
-        timer.join()
+    with _sigterm_once(third_case_began), pytest.raises(InfrastructureError) as info:
+        _run(
+            tmp_path,
+            monkeypatch,
+            {"cases": {QWEN: "hang"}, "pids": str(pids)},
+            "--timeout",
+            "120",
+        )
     assert info.value.exit_code == 3
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     assert str(info.value) == f"interrupted after 2 of 4 cases; partial record {path}"
@@ -239,38 +228,24 @@ def test_sigterm_while_a_hung_case_reruns_alone_says_so_and_keeps_the_hang(
     # Every case ran once and the one that hung is being rerun alone when the deadline's SIGTERM
     # comes: gen6 call 21 printed "interrupted after 6 of 6 cases" for this.
     rerun_events = tmp_path / "work" / "alone"
-    stop = threading.Event()
 
-    def terminate_once_the_rerun_starts() -> None:
-        deadline = time.monotonic() + 60
-        while not stop.is_set() and time.monotonic() < deadline:
-            started = [
-                line
-                for path in rerun_events.glob("events-*.jsonl")
-                for line in path.read_text().splitlines()
-                if '"event": "start"' in line
-            ]
-            if started:
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            stop.wait(0.02)
+    def rerun_began() -> bool:
+        return any(
+            '"event": "start"' in line
+            for path in rerun_events.glob("events-*.jsonl")
+            for line in path.read_text().splitlines()
+        )
 
-    timer = threading.Thread(target=terminate_once_the_rerun_starts)
-    timer.start()
-    try:
-        with pytest.raises(InfrastructureError) as info:
-            _run(
-                tmp_path,
-                monkeypatch,
-                {"cases": {QWEN: "hang"}, "pids": str(tmp_path / "pids")},
-                "--jobs",
-                "2",
-                "--timeout",
-                "3",
-            )
-    finally:
-        stop.set()
-        timer.join()
+    with _sigterm_once(rerun_began), pytest.raises(InfrastructureError) as info:
+        _run(
+            tmp_path,
+            monkeypatch,
+            {"cases": {QWEN: "hang"}, "pids": str(tmp_path / "pids")},
+            "--jobs",
+            "2",
+            "--timeout",
+            "3",
+        )
     assert info.value.exit_code == 3
     (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
     assert str(info.value) == (
@@ -296,6 +271,28 @@ def test_an_interrupt_message_counts_the_reruns_that_finished_and_those_left() -
     )
     assert _interruption(SuiteRun(results=(ok, ok)), 2) == "interrupted after all 2 cases ran"
     assert _interruption(SuiteRun(results=(ok, hang)), 5) == "interrupted after 2 of 5 cases"
+
+
+@contextmanager
+def _sigterm_once(ready: Callable[[], bool]) -> Iterator[None]:
+    """A SIGTERM to this process (the CLI's) from a thread, as soon as `ready()` holds, or after
+    60 s so that a run waiting on it never hangs the suite; none once the block has ended."""
+    done = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while not done.is_set() and not ready() and time.monotonic() < deadline:
+            done.wait(0.02)
+        if not done.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
 
 
 def _running(pid: int) -> bool:

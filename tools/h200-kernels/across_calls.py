@@ -19,7 +19,7 @@ from itertools import combinations
 from pathlib import Path
 
 from packaging.version import Version
-from table import timed_batches  # this folder's per-generation tables
+from table import spread_cells, timed_batches  # this folder's per-generation tables
 
 from humming_matrix.kernels.record import humming_version, load_kernel_record
 
@@ -43,13 +43,8 @@ def spreads(calls: list[Path]) -> list[str]:
         for first, second in combinations([c.name for c in calls if c.name in by_call], 2):
             a, b = by_call[first], by_call[second]
             ratios = [statistics.fmean(b[s]) / statistics.fmean(a[s]) for s in a if s in b]
-            if not ratios:
-                continue
-            widest = max(max(r, 1 / r) for r in ratios)
-            out.append(
-                f"| {version} | {first} / {second} | {len(ratios)} | "
-                f"{statistics.median(ratios):.3f} | {widest:.3f}x |"
-            )
+            if ratios:
+                out.append(f"| {version} | {first} / {second} | {spread_cells(ratios)} |")
     return out
 
 

@@ -265,10 +265,11 @@ def _aa_spread(
     ]
     for version in versions:
         for call, runs in _by_call(by_version[version]).items():
+            timed = {run: timed_batches(records[run]) for run in runs}
             best: tuple[list[float], str] | None = None
             for i, first in enumerate(runs):
                 for second in runs[i + 1 :]:
-                    a, b = timed_batches(records[first]), timed_batches(records[second])
+                    a, b = timed[first], timed[second]
                     ratios = [b[slot] / a[slot] for slot in a if slot in b]
                     names = " / ".join(records[p]["run_id"][-6:] for p in (first, second))
                     if best is None or len(ratios) > len(best[0]):
@@ -276,12 +277,15 @@ def _aa_spread(
             if best is None or not best[0]:
                 continue
             ratios, names = best
-            widest = max(max(r, 1 / r) for r in ratios)
-            out.append(
-                f"| {version} | {call} | {names} | {len(ratios)} | "
-                f"{statistics.median(ratios):.3f} | {widest:.3f}x |"
-            )
+            out.append(f"| {version} | {call} | {names} | {spread_cells(ratios)} |")
     return [*out, ""]
+
+
+def spread_cells(ratios: list[float]) -> str:
+    """Table cells of a set of time ratios: how many, their median, the widest (the larger of a
+    ratio and its inverse)."""
+    widest = max(max(r, 1 / r) for r in ratios)
+    return f"{len(ratios)} | {statistics.median(ratios):.3f} | {widest:.3f}x"
 
 
 if __name__ == "__main__":
