@@ -23,7 +23,8 @@
 #   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release
 #                            (SWEEP_GPU_TESTS_K="rerun_alone" passes pytest -k: only those tests);
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
-#                            the machine, cold JIT cache (the default screen), as the run "screen".
+#                            the machine, cold JIT cache (the default screen), as the run "screen";
+#   SWEEP_SCREEN_WARM=1      and once more right after it, warm JIT cache ("screen-warm").
 # Records and logs go to $OUT (or ./sweep-out) as one tarball, refreshed every 30 s (so a call
 # killed at its time limit still returns the runs finished by then); a run still going at
 # DEADLINE_S is stopped (SIGTERM: the CLI saves the finished cases in a record marked incomplete).
@@ -174,15 +175,22 @@ if [ -n "${inputs:-}" ]; then
     wait "$inputs" && echo inputs >>"$work/done.txt"
     echo "inputs ready after $(( $(date +%s) - start )) s"
 fi
+screen() {
+    # screen TAG CACHE: `humming-matrix kernels` with its default settings, alone on the machine.
+    began=$(date +%s)
+    kernels "$v" "$1-$v" $(( deadline - (began - start) ))
+    rc=$?
+    echo "$1 of $v (defaults, alone, $2 JIT cache): exit $rc in $(( $(date +%s) - began )) s"
+    tail -n 2 "$work/cli-$1-$v.log"
+    echo "$1" >>"$work/done.txt"
+}
 if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx screen "$work/done.txt"; then
     v=$SWEEP_SCREEN
     install_release "$v"
-    began=$(date +%s)
-    kernels "$v" "screen-$v" $(( deadline - (began - start) ))
-    rc=$?
-    echo "screen of $v (defaults, alone, cold JIT cache): exit $rc in $(( $(date +%s) - began )) s"
-    tail -n 2 "$work/cli-screen-$v.log"
-    echo screen >>"$work/done.txt"
+    screen screen cold
+    # The same release again from the same folder: the screen of a runner that keeps
+    # HUMMING_CACHE_DIR (humming's cache key holds the install path), and an A/A pair.
+    [ -n "${SWEEP_SCREEN_WARM:-}" ] && screen screen-warm warm
 fi
 
 printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
