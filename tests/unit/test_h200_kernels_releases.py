@@ -25,6 +25,11 @@ def _table(text: str, heading: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
 
 
+def _per_release(text: str, version: str) -> list[str]:
+    section = text.split("## 4. Per release", 1)[1].split(f"\n### {version}\n", 1)[1]
+    return [line for line in section.split("\n### ", 1)[0].splitlines() if line]
+
+
 def _write(root: Path, where: str, record: dict[str, Any]) -> None:
     path = root / where / f"kernels__suite__{record['run_id']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +83,28 @@ def test_the_committed_index_is_the_generated_one() -> None:
     fixed = [r for r in changes if "| 0.1.19 | 0.1.20 | fixed |" in r]
     assert len(fixed) == 19
     assert all("| not compared (different calls) |" in r for r in fixed)
+    # Table 4: the same, release by release, a case an item.
+    assert _per_release(text, "0.1.20") == [
+        "- out of tolerance or broken (1): `down-fp8-channel-bf16-1536x8960` fail (1)",
+        "- changed from 0.1.19 (16): `qkv-fp8-channel-bf16-2048x1536` (16);"
+        " `down-fp8-channel-bf16-1536x8960` (1); `qkv-fp8-channel-fp8-e4m3-2048x1536` (128);"
+        " `o-fp8-channel-fp8-e4m3-1536x1536` (128);"
+        " `moe-gate-up-fp8-block-fp8-e4m3-1536x2048-e128k8` (16);"
+        " `moe-gate-up-fp8-block-fp8-e4m3-1536x2048-e128k8-wide-scales` (16);"
+        " `qkv-fp8-channel-bf16-5120x2048` (16); `qkv-fp8-channel-fp8-e4m3-5120x2048` (16);"
+        " `o-fp8-channel-fp8-e4m3-2048x4096` (128);"
+        " `moe-gate-up-fp8-channel-fp8-e4m3-1536x2048-e128k8` (16);"
+        " `moe-gate-up-fp8-channel-fp8-e4m3-1536x2048-e128k8-wide-scales` (16);"
+        " `qkv-gptq-int4-g128-bf16-5120x2048` (1); `o-gptq-int4-g128-fp8-e4m3-2048x4096` (128);"
+        " `qkv-int8-w8a8-int8-5120x2048` (1); `o-int8-w8a8-int8-2048x4096` (16);"
+        " `qkv-mxfp4-bf16-5120x2048` (1, 16)",
+        "- fixed from 0.1.19 (6): `moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4` (1, 16, 2048);"
+        " `moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4-wide-scales` (1, 16, 2048);"
+        " `moe-down-mxfp4-fp8-e4m3-2880x2880-e32k4` (1, 128, 2048);"
+        " `moe-down-mxfp4-fp8-e4m3-2880x2880-e32k4-wide-scales` (1, 128, 2048);"
+        " `moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales` (1, 16, 2048);"
+        " `moe-down-mxfp4-fp8-e4m3-2048x768-e128k8-wide-scales` (1, 16, 128, 2048)",
+    ]
     # 0.1.8 gives NaN/Inf or cannot compile in 72 of its 84 cases and fails the other 12 (every
     # scheme); cases 67 and 68, which its cut runs left unrun, came from call 9 (an H100): the
     # int8 w8a8 dense GEMM does not compile. 0.1.9 repairs it.
@@ -185,6 +212,14 @@ def test_speed_is_judged_only_between_runs_of_one_call(tmp_path: Path) -> None:
         "slower 10.00x (one run a side) |  |"
     )
     assert all("| same | slower 10.00x (one run a side) |" in r for r in rows)
+    # Table 4 has them again under 0.1.20, a case an item with every batch size's ratio.
+    release = _per_release(_generated(tmp_path), "0.1.20")
+    assert release[0] == "- out of tolerance or broken (0): none"
+    assert release[1].startswith(
+        "- slower than 0.1.19 (8): `moe-down-mxfp4-bf16-2048x768-e128k8`"
+        " (1 10.00x, 16 10.00x, 128 10.00x, 2048 10.00x); "
+    )
+    assert len(release) == 2
 
     elsewhere = tmp_path / "calls"
     _write(elsewhere, "gen9/call1", _record("0.1.19", "before"))

@@ -230,18 +230,24 @@ def _only(runs: list[Run], names: set[str]) -> list[Record]:
     ]
 
 
-def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
-    out = [
-        "## 3. Release to release",
-        "",
-        "Each release against the previous release that ran the case (the newest evidence of "
-        "each): verdicts other than `same` and `still-broken`, and `slower`/`faster` where both "
-        "sides ran in one call (times from different calls or GPU models judge no speed; each "
-        "generation's README has the rest).",
-        "",
-        "| case | batch | from | to | verdict | time | note |",
-        "| --- | ---: | --- | --- | --- | --- | --- |",
-    ]
+class Change:
+    """One row of table 3: a (case, batch) of a release against the previous release."""
+
+    def __init__(self, previous: str, version: str, verdict: Any, shown: str, speed: bool) -> None:
+        self.previous, self.version, self.case, self.m = previous, version, verdict.case, verdict.m
+        self.verdict: Verdict = verdict.verdict
+        self.time: TimeVerdict | None = verdict.time if speed else None
+        self.ratio: float | None = verdict.time_ratio if speed else None
+        self.shown, self.note = shown, verdict.note
+
+    def row(self) -> str:
+        return (
+            f"| {self.case} | {'' if self.m is None else self.m} | {self.previous} | "
+            f"{self.version} | {self.verdict.value} | {self.shown} | {self.note[:120]} |"
+        )
+
+
+def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[Change]:
     # One comparison per pair of evidence sets: the cases of a release mostly share them.
     groups: dict[tuple[str, str, tuple[int, ...], tuple[int, ...]], set[str]] = defaultdict(set)
     sides: dict[tuple[int, ...], list[Run]] = {}
@@ -259,7 +265,7 @@ def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> l
             sides[b_key], sides[a_key] = before, after
             groups[(previous, version, b_key, a_key)].add(case.name)
     order = {c.name: i for i, c in enumerate(SUITE)}
-    rows: list[tuple[int, int, int, str]] = []
+    rows: list[tuple[int, int, int, Change]] = []
     for (previous, version, b_key, a_key), names in groups.items():
         before, after = sides[b_key], sides[a_key]
         # Only runs of one call share a machine and its load (the A/A spread is measured within a
@@ -280,16 +286,79 @@ def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> l
                 # The judge's own caveat: one run a side misses the between-run spread.
                 caveat = " (one run a side)" if speed and not v.time_runs_measured else ""
                 shown = f"{v.time.value}{ratio}{caveat}"
+            change = Change(previous, version, v, shown, speed)
             rows.append(
-                (
-                    versions.index(version),
-                    order[v.case],
-                    -1 if v.m is None else v.m,
-                    f"| {v.case} | {'' if v.m is None else v.m} | {previous} | {version} | "
-                    f"{v.verdict.value} | {shown} | {v.note[:120]} |",
-                )
+                (versions.index(version), order[v.case], -1 if v.m is None else v.m, change)
             )
-    return [*out, *(row for *_, row in sorted(rows)), ""]
+    return [change for *_, change in sorted(rows, key=lambda row: row[:3])]
+
+
+def _change_table(changes: list[Change]) -> list[str]:
+    return [
+        "## 3. Release to release",
+        "",
+        "Each release against the previous release that ran the case (the newest evidence of "
+        "each): verdicts other than `same` and `still-broken`, and `slower`/`faster` where both "
+        "sides ran in one call (times from different calls or GPU models judge no speed; each "
+        "generation's README has the rest).",
+        "",
+        "| case | batch | from | to | verdict | time | note |",
+        "| --- | ---: | --- | --- | --- | --- | --- |",
+        *(change.row() for change in changes),
+        "",
+    ]
+
+
+def _batches(ms: list[int | None]) -> str:
+    return ", ".join("all" if m is None else str(m) for m in ms)
+
+
+def _per_release(
+    versions: list[str], chosen: dict[tuple[str, str], list[Run]], changes: list[Change]
+) -> list[str]:
+    """Tables 2 and 3 again, release by release, a case a line item: what a reviewer of one
+    bump reads."""
+    out = [
+        "## 4. Per release",
+        "",
+        "Tables 2 and 3 by release: every case out of tolerance or broken (state, batch sizes), "
+        "then against the previous release every case per verdict and every `slower`/`faster` "
+        "one (batch sizes, ratios).",
+        "",
+    ]
+    for version in versions:
+        problems = [
+            f"`{case.name}` {state}{held}" + (f" ({batches})" if batches else "")
+            for case in SUITE
+            if (runs := chosen.get((version, case.name)))
+            and (problem := _problems(case.name, runs))
+            for state, held, batches, _ in [problem]
+        ]
+        mine = [c for c in changes if c.version == version]
+        out += [f"### {version}", ""]
+        out.append(
+            f"- out of tolerance or broken ({len(problems)}): " + ("; ".join(problems) or "none")
+        )
+        for previous in sorted({c.previous for c in mine}, key=Version):
+            against = [c for c in mine if c.previous == previous]
+            for verdict in Verdict:
+                cases: dict[str, list[int | None]] = defaultdict(list)
+                for c in against:
+                    if c.verdict is verdict and verdict is not Verdict.SAME:
+                        cases[c.case].append(c.m)
+                if cases:
+                    listed = "; ".join(f"`{n}` ({_batches(ms)})" for n, ms in cases.items())
+                    out.append(f"- {verdict.value} from {previous} ({len(cases)}): {listed}")
+            for time in (TimeVerdict.SLOWER, TimeVerdict.FASTER):
+                timed: dict[str, list[str]] = defaultdict(list)
+                for c in against:
+                    if c.time is time:
+                        timed[c.case].append(f"{c.m} {c.ratio:.2f}x" if c.ratio else str(c.m))
+                if timed:
+                    listed = "; ".join(f"`{n}` ({', '.join(r)})" for n, r in timed.items())
+                    out.append(f"- {time.value} than {previous} ({len(timed)}): {listed}")
+        out.append("")
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -301,6 +370,7 @@ def main(argv: list[str]) -> int:
     ]
     chosen = evidence(runs)
     versions = sorted({r.version for r in runs}, key=Version)
+    changes = _changes(versions, chosen)
     out = [
         f"# Kernel tier: every release's newest evidence under {root.name}/",
         "",
@@ -310,7 +380,8 @@ def main(argv: list[str]) -> int:
         "",
         *_coverage(versions, chosen),
         *_problem_table(versions, chosen),
-        *_changes(versions, chosen),
+        *_change_table(changes),
+        *_per_release(versions, chosen, changes),
     ]
     print("\n".join(out).rstrip("\n"))
     return 0
