@@ -52,14 +52,18 @@ def test_the_committed_index_is_the_generated_one() -> None:
     # Gen6 call 19 (an H100) ran 0.1.0's cases 1 - 16 twice, cut at 8 and 9 cases: the newest
     # generation's evidence replaces gen2's two cases. Calls 20 - 22 (one H100, kept warm) ran
     # the rest once in calls 20 - 21 and again in calls 21 - 22: two runs of one machine, but
-    # not of one call, so not an A/A pair.
+    # not of one call, so not an A/A pair. Calls 25 - 26 ran 0.1.0 and 0.1.1 twice each over
+    # cases 23 - 84 (but a few) in spans their runs mostly finished in the call.
     assert (
-        "| 0.1.0 | 84 | 8 | gen6 84 | H100 80GB HBM3 | 7 | 45 | 0 | 31 | - | 9-84 |"
+        "| 0.1.0 | 84 | 61 | gen6 84 | H100 80GB HBM3 | 7 | 45 | 0 | 33 | - |"
+        " 9-22, 33-34, 39-40, 57-58, 74, 79-80 |"
     ) in coverage
     assert (
-        "| 0.1.1 | 84 | 21 | gen6 83, gen2 1 | H100 80GB HBM3, H200 | 7 | 46 | 0 | 32 | - |"
-        " 12, 23-84 |"
+        "| 0.1.1 | 84 | 79 | gen6 84 | H100 80GB HBM3 | 6 | 46 | 0 | 37 | - | 12, 33-34, 39-40 |"
     ) in coverage
+    # Call 23 ran 0.1.2's cases 81 - 84, the last the index lacked, and its A/A gaps: every
+    # release from 0.1.2 on has every case in an A/A pair of one call.
+    assert "| 0.1.2 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 6 | 49 | 0 | 36 | - | - |" in coverage
     # 0.1.0 - 0.1.2 give the same GPTQ int8 MoE errors, 0.1.0's from calls 20 - 22.
     assert (
         "| 0.1.0 | moe-down-gptq-int4-g128-int8-2048x768-e128k8 | fail | 1, 16, 128, 2048 |"
@@ -67,10 +71,12 @@ def test_the_committed_index_is_the_generated_one() -> None:
     ) in problems
     assert "| 0.1.12 | 84 | 84 | gen6 84 | H200 | 14 | 31 | 0 | 0 | - | - |" in coverage
     # The sixth generation's first call (an H100) ran 0.1.14's cases 1 - 40 once, its second (an
-    # H200) cases 41 - 84 twice.
+    # H200) cases 41 - 84 twice, call 24 (an H100) cases 1 - 40 twice.
     assert (
-        "| 0.1.14 | 84 | 44 | gen6 84 | H100 80GB HBM3, H200 | 9 | 26 | 0 | 0 | - | 1-40 |"
+        "| 0.1.14 | 84 | 84 | gen6 84 | H100 80GB HBM3, H200 | 9 | 26 | 0 | 0 | - | - |"
     ) in coverage
+    # Call 23's two default screens of 0.1.17 (cold and warm JIT cache) supersede gen5's runs.
+    assert "| 0.1.17 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 6 | 23 | 0 | 0 | - | - |" in coverage
     assert (
         "| 0.1.12 | qkv-gptq-int4-g128-bf16-5120x2048 | fail | 2048 | 363.85 - 980.47u | gen6 |"
     ) in problems
@@ -82,7 +88,8 @@ def test_the_committed_index_is_the_generated_one() -> None:
     changes = _table(text, "## 3. Release to release")
     fixed = [r for r in changes if "| 0.1.19 | 0.1.20 | fixed |" in r]
     assert len(fixed) == 19
-    assert all("| not compared (different calls) |" in r for r in fixed)
+    # Their evidence spans gen4's three calls; each is timed in the newest call that ran both.
+    assert all("| same " in r and ("(gen4 call1) |" in r or "(gen4 call3) |" in r) for r in fixed)
     # Table 4: the same, release by release, a case an item.
     assert _per_release(text, "0.1.20") == [
         "- out of tolerance or broken (1): `down-fp8-channel-bf16-1536x8960` fail (1)",
@@ -130,8 +137,8 @@ def test_the_committed_index_is_the_generated_one() -> None:
     assert "| 0.1.5 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 13 | 52 | 0 | 22 | - | - |" in coverage
     # Gen6 calls 12 - 14 (an H100, with the pulse): 0.1.2 - 0.1.4's FP8-channel dense GEMMs hang
     # at 2048 tokens in some runs and give inf in others; the hang says after which batch.
-    # Calls 15 - 17 took 0.1.4 to case 76, calls 18 - 19 to the end.
-    assert ("| 0.1.4 | 84 | 83 | gen6 84 | H100 80GB HBM3 | 8 | 46 | 0 | 30 | - | 17 |") in coverage
+    # Calls 15 - 17 took 0.1.4 to case 76, calls 18 - 19 to the end, call 23 ran case 17 twice.
+    assert "| 0.1.4 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 8 | 46 | 0 | 30 | - | - |" in coverage
     # A hang rerun alone (call 18's probe of 0.1.5): the one that came back is counted apart,
     # the one that hung again says so.
     assert (
@@ -225,6 +232,23 @@ def test_speed_is_judged_only_between_runs_of_one_call(tmp_path: Path) -> None:
     _write(elsewhere, "gen9/call1", _record("0.1.19", "before"))
     _write(elsewhere, "gen9/call2", _slowed(_record("0.1.20", "after"), 10.0))
     assert _table(_generated(elsewhere), "## 3. Release to release")[1:] == []
+
+    # A later call reran 0.1.20 alone: the evidence of the two releases now spans two calls,
+    # and the timing comes from the one call that ran both, named.
+    _write(tmp_path, "gen9/call2", _record("0.1.20", "again"))
+    rows = _table(_generated(tmp_path), "## 3. Release to release")[1:]
+    assert len(rows) == 8 * 4
+    assert rows[0] == (
+        "| moe-down-mxfp4-bf16-2048x768-e128k8 | 1 | 0.1.19 | 0.1.20 | same | "
+        "slower 10.00x (one run a side) (gen9 call1) |  |"
+    )
+    # Only the generations the evidence comes from are searched: the first three timed eagerly.
+    older = tmp_path / "older"
+    _write(older, "gen3/call1", _record("0.1.19", "before"))
+    _write(older, "gen3/call1", _slowed(_record("0.1.20", "after"), 10.0))
+    _write(older, "gen9/call1", _record("0.1.19", "newer"))
+    _write(older, "gen9/call2", _record("0.1.20", "newer"))
+    assert _table(_generated(older), "## 3. Release to release")[1:] == []
 
 
 def test_a_case_that_crashed_as_a_whole_is_judged_at_each_batch_size(tmp_path: Path) -> None:

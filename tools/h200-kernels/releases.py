@@ -17,9 +17,11 @@ case are superseded. Every batch is re-judged by the product's kernel judge. Tab
    the error), from the newest evidence;
 3. release to release: each release against the previous release that ran the case, every
    verdict other than `same` and `still-broken` (table 2 lists those), and `slower`/`faster`
-   where both sides ran in one call, which alone shares a machine and its load (the records of
-   one side may come from another generation than the other's: where their inputs differ the
-   verdict says `incomparable`).
+   from runs of one call, which alone share a machine and its load: the evidence itself where
+   it is one call's, else the newest call of the evidence's generations that ran both releases
+   (named), else none (the records of one side may come from another generation than the
+   other's: where their inputs differ the verdict says `incomparable`);
+4. tables 2 and 3 again per release, a case an item: what a reviewer of one bump reads.
 """
 
 from __future__ import annotations
@@ -233,11 +235,12 @@ def _only(runs: list[Run], names: set[str]) -> list[Record]:
 class Change:
     """One row of table 3: a (case, batch) of a release against the previous release."""
 
-    def __init__(self, previous: str, version: str, verdict: Any, shown: str, speed: bool) -> None:
+    def __init__(self, previous: str, version: str, verdict: Any, shown: str, timed: Any) -> None:
         self.previous, self.version, self.case, self.m = previous, version, verdict.case, verdict.m
         self.verdict: Verdict = verdict.verdict
-        self.time: TimeVerdict | None = verdict.time if speed else None
-        self.ratio: float | None = verdict.time_ratio if speed else None
+        # `timed`: the verdict whose timing counts (this one, or one of a call both ran in).
+        self.time: TimeVerdict | None = timed.time if timed else None
+        self.ratio: float | None = timed.time_ratio if timed else None
         self.shown, self.note = shown, verdict.note
 
     def row(self) -> str:
@@ -247,7 +250,50 @@ class Change:
         )
 
 
-def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[Change]:
+Calls = dict[tuple[str, str], dict[tuple[str, str], list[Run]]]
+
+
+def by_call(runs: list[Run]) -> Calls:
+    """Per (release, case): its runs of every generation, by (generation, call)."""
+    out: Calls = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for name in run.cases:
+            out[(run.version, name)][(run.generation, run.call)].append(run)
+    return out
+
+
+def _call_order(key: tuple[str, str]) -> tuple[int, int]:
+    number = re.search(r"\d+", key[1])
+    return _generation_order(key[0]), int(number.group()) if number else 0
+
+
+def _timed_in_one_call(
+    previous: str, version: str, names: set[str], calls: Calls, generations: set[str]
+) -> dict[tuple[str, int | None], tuple[Any, str]]:
+    """Per (case, batch): the verdict of the newest call in which both releases ran the case,
+    and that call, for timing alone: where the newest evidence of the two comes from different
+    calls, an older call that ran both still shares a machine and its load (gen5 call 2 ran
+    0.1.16 and 0.1.17, and gen6 call 23 superseded 0.1.17's evidence). Only calls of the
+    evidence's own `generations`: the first three timed eagerly, which measured the host."""
+    shared: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for name in names:
+        both = calls[(previous, name)].keys() & calls[(version, name)].keys()
+        both = {key for key in both if key[0] in generations}
+        if both:
+            shared[max(both, key=_call_order)].add(name)
+    out: dict[tuple[str, int | None], tuple[Any, str]] = {}
+    for where, in_call in shared.items():
+        before = list(dict.fromkeys(r for n in in_call for r in calls[(previous, n)][where]))
+        after = list(dict.fromkeys(r for n in in_call for r in calls[(version, n)][where]))
+        comparison = compare_kernel_records(_only(before, in_call), _only(after, in_call))
+        for v in comparison.verdicts:
+            out[(v.case, v.m)] = (v, " ".join(where))
+    return out
+
+
+def _changes(
+    versions: list[str], chosen: dict[tuple[str, str], list[Run]], calls: Calls
+) -> list[Change]:
     # One comparison per pair of evidence sets: the cases of a release mostly share them.
     groups: dict[tuple[str, str, tuple[int, ...], tuple[int, ...]], set[str]] = defaultdict(set)
     sides: dict[tuple[int, ...], list[Run]] = {}
@@ -272,21 +318,26 @@ def _changes(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> l
         # call); the fourth generation's eager timings spread up to 12.9x across calls.
         one_call = len({(r.generation, r.call) for r in (*before, *after)}) == 1
         comparison = compare_kernel_records(_only(before, names), _only(after, names))
+        generations = {r.generation for r in (*before, *after)}
+        elsewhere = (
+            {} if one_call else _timed_in_one_call(previous, version, names, calls, generations)
+        )
         for v in comparison.verdicts:
             # Broken on both sides is table 2's, release by release.
             if v.verdict in (Verdict.MISSING, Verdict.NEW, Verdict.STILL_BROKEN):
                 continue
-            speed = v.time in (TimeVerdict.SLOWER, TimeVerdict.FASTER) and one_call
+            timed, where = (v, "") if one_call else elsewhere.get((v.case, v.m), (None, ""))
+            speed = timed is not None and timed.time in (TimeVerdict.SLOWER, TimeVerdict.FASTER)
             if v.verdict is Verdict.SAME and not speed:
                 continue
-            if not one_call:
+            if timed is None:
                 shown = "not compared (different calls)"
             else:
-                ratio = "" if v.time_ratio is None else f" {v.time_ratio:.2f}x"
+                ratio = "" if timed.time_ratio is None else f" {timed.time_ratio:.2f}x"
                 # The judge's own caveat: one run a side misses the between-run spread.
-                caveat = " (one run a side)" if speed and not v.time_runs_measured else ""
-                shown = f"{v.time.value}{ratio}{caveat}"
-            change = Change(previous, version, v, shown, speed)
+                caveat = " (one run a side)" if speed and not timed.time_runs_measured else ""
+                shown = f"{timed.time.value}{ratio}{caveat}" + (f" ({where})" if where else "")
+            change = Change(previous, version, v, shown, timed if speed else None)
             rows.append(
                 (versions.index(version), order[v.case], -1 if v.m is None else v.m, change)
             )
@@ -370,7 +421,7 @@ def main(argv: list[str]) -> int:
     ]
     chosen = evidence(runs)
     versions = sorted({r.version for r in runs}, key=Version)
-    changes = _changes(versions, chosen)
+    changes = _changes(versions, chosen, by_call(runs))
     out = [
         f"# Kernel tier: every release's newest evidence under {root.name}/",
         "",
