@@ -93,18 +93,10 @@ def test_the_committed_index_is_the_generated_one() -> None:
     # Table 4: the same, release by release, a case an item.
     assert _per_release(text, "0.1.20") == [
         "- out of tolerance or broken (1): `down-fp8-channel-bf16-1536x8960` fail (1)",
-        "- changed from 0.1.19 (16): `qkv-fp8-channel-bf16-2048x1536` (16);"
-        " `down-fp8-channel-bf16-1536x8960` (1); `qkv-fp8-channel-fp8-e4m3-2048x1536` (128);"
-        " `o-fp8-channel-fp8-e4m3-1536x1536` (128);"
-        " `moe-gate-up-fp8-block-fp8-e4m3-1536x2048-e128k8` (16);"
-        " `moe-gate-up-fp8-block-fp8-e4m3-1536x2048-e128k8-wide-scales` (16);"
-        " `qkv-fp8-channel-bf16-5120x2048` (16); `qkv-fp8-channel-fp8-e4m3-5120x2048` (16);"
-        " `o-fp8-channel-fp8-e4m3-2048x4096` (128);"
-        " `moe-gate-up-fp8-channel-fp8-e4m3-1536x2048-e128k8` (16);"
-        " `moe-gate-up-fp8-channel-fp8-e4m3-1536x2048-e128k8-wide-scales` (16);"
-        " `qkv-gptq-int4-g128-bf16-5120x2048` (1); `o-gptq-int4-g128-fp8-e4m3-2048x4096` (128);"
-        " `qkv-int8-w8a8-int8-5120x2048` (1); `o-int8-w8a8-int8-2048x4096` (16);"
-        " `qkv-mxfp4-bf16-5120x2048` (1, 16)",
+        # Gen4 counted 16 here, its runs of one draw pooled as if each were another input:
+        # with each distinct draw counted once, the worst channel moved beyond noise in two.
+        "- changed from 0.1.19 (2): `qkv-fp8-channel-fp8-e4m3-2048x1536` (128);"
+        " `o-gptq-int4-g128-fp8-e4m3-2048x4096` (1)",
         "- fixed from 0.1.19 (6): `moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4` (1, 16, 2048);"
         " `moe-gate-up-mxfp4-fp8-e4m3-5760x2880-e32k4-wide-scales` (1, 16, 2048);"
         " `moe-down-mxfp4-fp8-e4m3-2880x2880-e32k4` (1, 128, 2048);"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +113,26 @@ def test_an_error_increase_beyond_spread_and_floor_is_a_regression() -> None:
 def test_an_increase_inside_the_draw_spread_is_not_a_regression() -> None:
     noisy = (1e-3, 9e-3, 5e-3)
     base = _record("0.1.5", {"a": [_batch(rel=noisy)]})
-    cand = _record("0.1.6", {"a": [_batch(rel=(3e-3, 1.1e-2, 7e-3))]})  # +2e-3 on each draw
+    cand = _record("0.1.6", {"a": [_batch(rel=(3e-3, 7e-3, 7e-3))]})  # +2e-3, -2e-3, +2e-3
     (v,) = compare_kernel_records([base], [cand]).verdicts
     assert v.verdict is Verdict.SAME
+    # sample variances 16e-6 and 16e-6 / 3 over three draws each
+    assert v.noise_rel_err == pytest.approx(3 * math.sqrt((16e-6 + 16e-6 / 3) / 3))
+
+
+def test_a_rise_beyond_the_floor_on_every_draw_is_worse_whatever_the_spread() -> None:
+    # The draws are the same inputs on both sides: +2e-3 on each (the floor is 1.6e-3) is the
+    # kernel, not the inputs' spread, though the mean moved by less than 3 standard errors.
+    noisy = (1e-3, 9e-3, 5e-3)
+    base = _record("0.1.5", {"a": [_batch(rel=noisy)]})
+    cand = _record("0.1.6", {"a": [_batch(rel=(3e-3, 1.1e-2, 7e-3))]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert v.verdict is Verdict.WORSE
+    assert v.delta_rel_err == pytest.approx(2e-3)
     assert v.noise_rel_err == pytest.approx(3 * math.sqrt(2 * 16e-6 / 3))
+    # And the other way: every draw down beyond the floor is improved.
+    (back,) = compare_kernel_records([cand], [base]).verdicts
+    assert back.verdict is Verdict.IMPROVED
 
 
 def test_a_worse_worst_channel_within_tolerance_is_changed_not_a_regression() -> None:
@@ -336,7 +354,34 @@ def test_runs_pooled_per_side_widen_the_time_noise_by_their_spread() -> None:
     # two baseline runs 10 % apart: a 7 % difference to their median is noise
     assert v.time is TimeVerdict.SAME
     assert v.baseline is not None
-    assert len(v.baseline.rel_err) == 6
+    # Both runs saw the same three draws (seed 0): three draws, each the mean of its two runs.
+    assert v.baseline.rel_err == (2e-3, 2.2e-3, 1.8e-3)
+
+
+def test_a_rerun_of_the_same_inputs_is_not_a_new_draw() -> None:
+    # Gen6's 0.1.13 -> 0.1.14 on gpt-oss's MXFP4 FP8 MoE gate/up at 16 tokens: two draws, the
+    # first 3.2x worse, bit-identical in every run. One candidate run: within the noise of two
+    # draws. Three runs of the same two draws must say the same, not shrink the noise by sqrt(3).
+    base = [_record("0.1.13", {"a": [_batch(rel=(0.00189, 0.00200))]})]
+    once = [_record("0.1.14", {"a": [_batch(rel=(0.00609, 0.00270))]})]
+    thrice = [
+        _record("0.1.14", {"a": [_batch(rel=(0.00609, 0.00270))]}, run_id=f"c{i}") for i in range(3)
+    ]
+    (one,) = compare_kernel_records(base, once).verdicts
+    (three,) = compare_kernel_records(base, thrice).verdicts
+    assert one.verdict is Verdict.SAME
+    assert three.verdict is Verdict.SAME
+    assert (three.delta_rel_err, three.noise_rel_err) == pytest.approx(
+        (one.delta_rel_err, one.noise_rel_err), rel=1e-12
+    )
+    assert three.candidate is not None
+    assert three.candidate.rel_err == pytest.approx((0.00609, 0.00270), rel=1e-12)
+    # Runs of another seed are other inputs: their draws add to the count.
+    other = _record("0.1.14", {"a": [_batch(rel=(0.00612, 0.00268))]}, run_id="s1")
+    other["settings"]["seed"] = 1
+    (more,) = compare_kernel_records(base, [*once, other]).verdicts
+    assert more.candidate is not None
+    assert more.candidate.rel_err == (0.00609, 0.00270, 0.00612, 0.00268)
 
 
 def test_different_inputs_are_incomparable() -> None:
@@ -461,3 +506,25 @@ def test_the_float_variance_agrees_with_the_exact_one_in_statistics(values: list
     # The judge's noise bounds use a float variance (statistics.variance, exact in Fractions,
     # was most of a table's time); held to the stdlib's correctly rounded result.
     assert _sample_variance(values) == pytest.approx(statistics.variance(values), rel=1e-12)
+
+
+def test_retiled_kernels_within_the_floor_are_never_worse_in_simulation() -> None:
+    # A retile moves each draw's relative error by 4e-5 - 6.8e-4 (gen4, 0.1.17 -> 0.1.18's 28
+    # `changed`), below the bf16 floor (1.6e-3 here). 2000 simulated bumps of two or three draws,
+    # each draw moved by up to +-7e-4 around a baseline spread like the records', through the
+    # public API: none is `worse` or `improved`, by the paired rule or the 3-sigma one.
+    rng = random.Random(0)
+    verdicts: Counter[Verdict] = Counter()
+    for trial in range(2000):
+        draws = 2 + trial % 2
+        base_rel = tuple(rng.uniform(1.7e-3, 3.5e-3) for _ in range(draws))
+        cand_rel = tuple(e + rng.uniform(-7e-4, 7e-4) for e in base_rel)
+        base = _record("0.1.17", {"a": [_batch(rel=base_rel)]})
+        cand = _record("0.1.18", {"a": [_batch(rel=cand_rel)]})
+        (v,) = compare_kernel_records([base], [cand]).verdicts
+        verdicts[v.verdict] += 1
+    assert verdicts == Counter({Verdict.SAME: 2000})
+    # The same bumps moved by 1.7e-3 on every draw (beyond the floor) are all `worse`.
+    worse = _record("0.1.18", {"a": [_batch(rel=tuple(e + 1.7e-3 for e in base_rel))]})
+    (v,) = compare_kernel_records([base], [worse]).verdicts
+    assert v.verdict is Verdict.WORSE

@@ -8,8 +8,11 @@ Per case and batch size, on identical input bytes (else `incomparable`):
   hang, crash, error, build failure or unsupported); `still-broken` when neither did;
 * `worse`: the mean relative error rose by more than the noise, where noise = 3 x the standard
   error of the difference of means over the input draws (several records per side pool their
-  draws), and by more than the case's bf16 floor; also when the candidate is out of tolerance or
-  not bit-identical on relaunch and the baseline was neither, however erratic its draws;
+  draws; a draw that several runs saw, the same seed and index, counts once, at the mean of its
+  runs), and by more than the case's bf16 floor, or on every draw both sides saw by more than
+  the floor (the draws are paired: the same inputs on both sides); also when the candidate is
+  out of tolerance or not bit-identical on relaunch and the baseline was neither, however
+  erratic its draws;
   `improved` the other way;
 * `fixed`: out of tolerance (or nondeterministic, or broken) before, within tolerance now;
 * `same` / `changed`: where both sides are bit-identical on relaunch, identical output bytes are
@@ -33,7 +36,7 @@ import json
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -101,9 +104,10 @@ class Side:
     """One side's pooled numbers for a case at one batch size."""
 
     state: CaseState
-    rel_err: tuple[float, ...] = ()
+    rel_err: tuple[float, ...] = ()  # one a distinct input draw: the mean of its runs
     worst_row: tuple[float, ...] = ()
     floor: float = 0.0
+    draws: tuple[tuple[Any, int], ...] = ()  # (seed, draw index) of each `rel_err`
     medians_ms: tuple[float, ...] = ()
     rel_spreads: tuple[float, ...] = ()  # 1.4826 x MAD / median of each run's samples
     input_sha256: frozenset[str] = frozenset()
@@ -309,6 +313,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
     acc: dict[tuple[str, int | None], dict[str, Any]] = {}
     for record in records:
         gpu = gpu_name(record)
+        settings = record.get("settings")
+        seed = settings.get("seed") if isinstance(settings, Mapping) else None
         for case in record["cases"]:
             name = str(case["name"])
             state = CaseState(case["state"])
@@ -328,8 +334,8 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                     key,
                     {
                         "states": [],
-                        "rel": [],
-                        "worst": [],
+                        "rel": {},
+                        "worst": {},
                         "floor": [],
                         "med": [],
                         "spread": [],
@@ -354,8 +360,12 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
                 if batch.get("error"):
                     slot["reason"] = batch["error"]
                 if b_state.produced_numbers:
-                    slot["rel"].extend(_num(e) for e in batch.get("rel_err", []))
-                    slot["worst"].extend(_num(e) for e in batch.get("worst_row_rel_err", []))
+                    # Draw i of a seed is the same input bytes in every run: a rerun repeats the
+                    # draw, it does not add one (two more runs of 0.1.14 made gen6's 0.1.13 ->
+                    # 0.1.14 `worse` from the same two draws counted three times).
+                    for which, field_name in (("rel", "rel_err"), ("worst", "worst_row_rel_err")):
+                        for i, e in enumerate(batch.get(field_name, [])):
+                            slot[which].setdefault((seed, i), []).append(_num(e))
                     slot["floor"].append(_num(batch.get("floor", 0.0)))
                 t = batch.get("time")
                 if isinstance(t, dict) and _num(t.get("median_ms", 0)) > 0:
@@ -380,8 +390,10 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
         state = max(slot["states"], key=lambda s: s.severity)
         pooled[key] = Side(
             state=state,
-            rel_err=tuple(slot.get("rel", ())),
-            worst_row=tuple(slot.get("worst", ())),
+            rel_err=_per_draw(slot.get("rel", {}), statistics.fmean),
+            # The worst a draw's worst row was in any run: the "max" a report shows stays a max.
+            worst_row=_per_draw(slot.get("worst", {}), max),
+            draws=tuple(slot.get("rel", {})),
             floor=statistics.fmean(slot["floor"]) if slot.get("floor") else 0.0,
             medians_ms=tuple(slot.get("med", ())),
             rel_spreads=tuple(slot.get("spread", ())),
@@ -397,6 +409,23 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             hung_beside_others=slot["beside"],
         )
     return pooled
+
+
+def _paired(b: Side, c: Side) -> list[float]:
+    """Per input draw both sides saw (the same seed and index: the same bytes, where the input
+    hashes agree), the candidate's relative error minus the baseline's; none where a side does
+    not say which draw each error is."""
+    if len(b.draws) != len(b.rel_err) or len(c.draws) != len(c.rel_err):
+        return []
+    before = dict(zip(b.draws, b.rel_err, strict=True))
+    return [e - before[key] for key, e in zip(c.draws, c.rel_err, strict=True) if key in before]
+
+
+def _per_draw(
+    draws: Mapping[tuple[Any, int], list[float]], over_runs: Callable[[list[float]], float]
+) -> tuple[float, ...]:
+    """One value per distinct input draw, over the runs that saw it (mean, or max)."""
+    return tuple(over_runs(values) for values in draws.values())
 
 
 def _sample_variance(values: Sequence[float]) -> float:
@@ -420,9 +449,12 @@ def _numeric_verdict(b: Side, c: Side) -> tuple[Verdict, float, float, str]:
     worst_delta = (max(c.worst_row) - max(b.worst_row)) if b.worst_row and c.worst_row else 0.0
     worst_noise = NOISE_SIGMAS * math.sqrt(_sem2(b.worst_row) + _sem2(c.worst_row))
     worst_bound = max(worst_noise, b.floor)
-    if delta > bound:
+    paired = _paired(b, c)
+    # Two draws cannot show 3 standard errors of anything erratic (0.1.8's errors of 1e30 and
+    # 1e33): the same inputs on both sides, each moved beyond the floor, say it as well.
+    if delta > bound or (paired and min(paired) > b.floor):
         return Verdict.WORSE, delta, bound, ""
-    if -delta > bound:
+    if -delta > bound or (paired and max(paired) < -b.floor):
         return Verdict.IMPROVED, delta, bound, ""
     direction = "away from" if delta > 0 else "toward"
     size = f"rel. error {delta:+.2g} ({direction} the reference), worst channel {worst_delta:+.2g}"
@@ -465,9 +497,10 @@ def compare_kernel_records(
     fail_on_slowdown: bool = False,
 ) -> KernelComparison:
     """Compare kernel records: `baseline` and `candidate` are record paths or loaded record
-    dicts (several per side pool their draws and timings). Returns a KernelComparison with one
-    CaseVerdict per (case, batch size), `.exit_code` (0 no regression, 1 regression: a
-    `regressed` or `newly-broken` verdict, or with `fail_on_slowdown` a `slower` one),
+    dicts (several per side pool their distinct draws and their timings). Returns a
+    KernelComparison with one CaseVerdict per (case, batch size), `.exit_code` (0 no regression,
+    1 regression: a `regressed` or `newly-broken` verdict, or with `fail_on_slowdown` a `slower`
+    one),
     `.to_markdown()` and `.to_json()`. Raises RecordError for an unreadable or foreign record.
     """
     if not baseline or not candidate:
