@@ -4,6 +4,7 @@ say."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -139,4 +140,38 @@ def test_the_spread_across_calls_of_one_machine_is_what_the_records_say() -> Non
         "| 0.1.1 | call20 / call21 | 60 | 1.000 | 1.035x |",
         "| 0.1.1 | call20 / call22 | 88 | 1.001 | 1.129x |",
         "| 0.1.1 | call21 / call22 | 36 | 0.998 | 1.053x |",
+    ]
+
+
+def _same_bytes(first: Path, second: Path) -> list[str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "h200-kernels" / "same_bytes.py"),
+            str(first),
+            str(second),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return done.stdout.splitlines()[2:]
+
+
+def test_an_h100_and_an_h200_give_the_same_output_bytes(tmp_path: Path) -> None:
+    # Gen6 call 23 ran 0.1.17 on an H100, gen5 on an H200: every (case, batch) bit-identical on
+    # relaunch on both gave the same bytes, so `changed` across GPU models is the release's.
+    h100 = GEN6 / "call23"
+    assert _same_bytes(REPO / "results" / "h200" / "gen5", h100) == [
+        "| 0.1.17 | H200 / H100 80GB HBM3 | 275 | 275 | 0 |"
+    ]
+    # One of the two H100 runs alone, one draw's bytes altered: that (case, batch) differs.
+    first = sorted(h100.glob("kernels__suite__0.1.17__*.json"))[0]
+    record = json.loads(first.read_text())
+    batch = record["cases"][0]["batches"][0]
+    batch["output_sha256"][1] = "0" * 64
+    (tmp_path / first.name).write_text(json.dumps(record))
+    assert _same_bytes(REPO / "results" / "h200" / "gen5", tmp_path) == [
+        "| 0.1.17 | H200 / H100 80GB HBM3 | 275 | 274 | 1 |"
     ]
