@@ -38,7 +38,12 @@ from packaging.version import Version
 from table import gpu_label, worst_units  # this folder's per-generation tables
 
 from humming_matrix.kernels.assess import CaseState, assess_batch, out_of_tolerance
-from humming_matrix.kernels.judge import TimeVerdict, Verdict, compare_kernel_records
+from humming_matrix.kernels.judge import (
+    CaseVerdict,
+    TimeVerdict,
+    Verdict,
+    compare_kernel_records,
+)
 from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.record import (
     case_reason,
@@ -235,7 +240,14 @@ def _only(runs: list[Run], names: set[str]) -> list[Record]:
 class Change:
     """One row of table 3: a (case, batch) of a release against the previous release."""
 
-    def __init__(self, previous: str, version: str, verdict: Any, shown: str, timed: Any) -> None:
+    def __init__(
+        self,
+        previous: str,
+        version: str,
+        verdict: CaseVerdict,
+        shown: str,
+        timed: CaseVerdict | None,
+    ) -> None:
         self.previous, self.version, self.case, self.m = previous, version, verdict.case, verdict.m
         self.verdict: Verdict = verdict.verdict
         # `timed`: the verdict whose timing counts (this one, or one of a call both ran in).
@@ -269,7 +281,7 @@ def _call_order(key: tuple[str, str]) -> tuple[int, int]:
 
 def _timed_in_one_call(
     previous: str, version: str, names: set[str], calls: Calls, generations: set[str]
-) -> dict[tuple[str, int | None], tuple[Any, str]]:
+) -> dict[tuple[str, int | None], tuple[CaseVerdict, str]]:
     """Per (case, batch): the verdict of the newest call in which both releases ran the case,
     and that call, for timing alone: where the newest evidence of the two comes from different
     calls, an older call that ran both still shares a machine and its load (gen5 call 2 ran
@@ -281,7 +293,7 @@ def _timed_in_one_call(
         both = {key for key in both if key[0] in generations}
         if both:
             shared[max(both, key=_call_order)].add(name)
-    out: dict[tuple[str, int | None], tuple[Any, str]] = {}
+    out: dict[tuple[str, int | None], tuple[CaseVerdict, str]] = {}
     for where, in_call in shared.items():
         before = list(dict.fromkeys(r for n in in_call for r in calls[(previous, n)][where]))
         after = list(dict.fromkeys(r for n in in_call for r in calls[(version, n)][where]))
@@ -349,9 +361,9 @@ def _change_table(changes: list[Change]) -> list[str]:
         "## 3. Release to release",
         "",
         "Each release against the previous release that ran the case (the newest evidence of "
-        "each): verdicts other than `same` and `still-broken`, and `slower`/`faster` where both "
-        "sides ran in one call (times from different calls or GPU models judge no speed; each "
-        "generation's README has the rest).",
+        "each): verdicts other than `same` and `still-broken`, and `slower`/`faster` from runs "
+        "of one call: the evidence's own, else the newest call of its generations that ran both "
+        "releases, named (times from different calls or GPU models judge no speed).",
         "",
         "| case | batch | from | to | verdict | time | note |",
         "| --- | ---: | --- | --- | --- | --- | --- |",
