@@ -524,7 +524,7 @@ def test_retiled_kernels_within_the_floor_are_never_worse_in_simulation() -> Non
         (v,) = compare_kernel_records([base], [cand]).verdicts
         verdicts[v.verdict] += 1
     assert verdicts == Counter({Verdict.SAME: 2000})
-    # The same bumps moved by 1.7e-3 on every draw (beyond the floor) are all `worse`.
+    # The last bump again, each draw moved by 1.7e-3 instead (beyond the floor): `worse`.
     worse = _record("0.1.18", {"a": [_batch(rel=tuple(e + 1.7e-3 for e in base_rel))]})
     (v,) = compare_kernel_records([base], [worse]).verdicts
     assert v.verdict is Verdict.WORSE
