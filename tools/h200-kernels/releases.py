@@ -159,7 +159,17 @@ def _spans(indices: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans) or "-"
 
 
-def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
+Problems = dict[tuple[str, str], tuple[str, str, str, str]]
+
+
+def problems_of(chosen: dict[tuple[str, str], list[Run]]) -> Problems:
+    """`_problems` of every (release, case) with evidence, once: tables 1, 2 and 4 read it."""
+    return {key: found for key, runs in chosen.items() if (found := _problems(key[1], runs))}
+
+
+def _coverage(
+    versions: list[str], chosen: dict[tuple[str, str], list[Run]], problems: Problems
+) -> list[str]:
     suite = [c.name for c in SUITE]
     out = [
         "## 1. Coverage",
@@ -184,9 +194,8 @@ def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> 
             runs = chosen[(version, name)]
             gens[runs[0].generation] += 1
             gpus |= {r.gpu for r in runs}
-            problem = _problems(name, runs)
-            if problem:
-                counts[problem[0]] += 1
+            if (version, name) in problems:
+                counts[problems[(version, name)][0]] += 1
             if any(
                 assess_batch(b) is CaseState.NONDETERMINISTIC
                 for r in runs
@@ -208,7 +217,9 @@ def _coverage(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> 
     return [*out, ""]
 
 
-def _problem_table(versions: list[str], chosen: dict[tuple[str, str], list[Run]]) -> list[str]:
+def _problem_table(
+    versions: list[str], chosen: dict[tuple[str, str], list[Run]], problems: Problems
+) -> list[str]:
     out = [
         "## 2. Out of tolerance or broken, per release",
         "",
@@ -220,13 +231,11 @@ def _problem_table(versions: list[str], chosen: dict[tuple[str, str], list[Run]]
     ]
     for version in versions:
         for case in SUITE:
-            runs = chosen.get((version, case.name))
-            problem = _problems(case.name, runs) if runs else None
-            if runs and problem:
-                state, held, batches, detail = problem
+            if (version, case.name) in problems:
+                state, held, batches, detail = problems[(version, case.name)]
                 out.append(
                     f"| {version} | {case.name} | {state}{held} | {batches} | {detail} | "
-                    f"{runs[0].generation} |"
+                    f"{chosen[(version, case.name)][0].generation} |"
                 )
     return [*out, ""]
 
@@ -376,9 +385,7 @@ def _batches(ms: list[int | None]) -> str:
     return ", ".join("all" if m is None else str(m) for m in ms)
 
 
-def _per_release(
-    versions: list[str], chosen: dict[tuple[str, str], list[Run]], changes: list[Change]
-) -> list[str]:
+def _per_release(versions: list[str], problems: Problems, changes: list[Change]) -> list[str]:
     """Tables 2 and 3 again, release by release, a case a line item: what a reviewer of one
     bump reads."""
     out = [
@@ -390,17 +397,17 @@ def _per_release(
         "",
     ]
     for version in versions:
-        problems = [
+        listed_problems = [
             f"`{case.name}` {state}{held}" + (f" ({batches})" if batches else "")
             for case in SUITE
-            if (runs := chosen.get((version, case.name)))
-            and (problem := _problems(case.name, runs))
-            for state, held, batches, _ in [problem]
+            if (version, case.name) in problems
+            for state, held, batches, _ in [problems[(version, case.name)]]
         ]
         mine = [c for c in changes if c.version == version]
         out += [f"### {version}", ""]
         out.append(
-            f"- out of tolerance or broken ({len(problems)}): " + ("; ".join(problems) or "none")
+            f"- out of tolerance or broken ({len(listed_problems)}): "
+            + ("; ".join(listed_problems) or "none")
         )
         for previous in sorted({c.previous for c in mine}, key=Version):
             against = [c for c in mine if c.previous == previous]
@@ -434,6 +441,7 @@ def main(argv: list[str]) -> int:
     chosen = evidence(runs)
     versions = sorted({r.version for r in runs}, key=Version)
     changes = _changes(versions, chosen, by_call(runs))
+    problems = problems_of(chosen)
     out = [
         f"# Kernel tier: every release's newest evidence under {root.name}/",
         "",
@@ -441,10 +449,10 @@ def main(argv: list[str]) -> int:
         "(each generation's own README is made by `table.py`); see docs/kernels.md for the "
         "cases, the bound and the calls.",
         "",
-        *_coverage(versions, chosen),
-        *_problem_table(versions, chosen),
+        *_coverage(versions, chosen, problems),
+        *_problem_table(versions, chosen, problems),
         *_change_table(changes),
-        *_per_release(versions, chosen, changes),
+        *_per_release(versions, problems, changes),
     ]
     print("\n".join(out).rstrip("\n"))
     return 0
