@@ -176,6 +176,43 @@ def test_installed_humming_builds_and_matches_the_reference(case: KernelCase) ->
     ]
 
 
+@pytest.mark.parametrize("case", [DENSE, GPTQ, FP8_CHANNEL], ids=lambda c: c.name)
+def test_compiling_only_the_used_dense_kernels_runs_the_same_kernels(case: KernelCase) -> None:
+    from humming_matrix.kernels import adapter
+
+    def run(compiled: str) -> dict[str, Any]:
+        return probe.run_case(case, {**PLAN, "compile": compiled}, probe.Events(io.StringIO()), 0)
+
+    whole, used = run("all"), run("used")
+    # The rows the batch sizes (1 and 256) dispatch to, each with its own token range.
+    layer = adapter.build(
+        case, probe.load_weights(case, 0, None), probe_device(), PLAN["batch_sizes"]
+    )
+    table, rows = layer.dense_table(), layer.dense_tuning()
+    assert rows == [r for r in table if adapter._serves(r, 1) or adapter._serves(r, 256)]
+    assert whole["dense_kernels"] == {"table": len(table), "compiled": len(table)}
+    assert used["dense_kernels"] == {"table": len(table), "compiled": len(rows)}
+    # The same kernel configs picked, and where both runs' outputs are bit-identical on
+    # relaunch, the same bytes.
+    assert [b["kernel_config"] for b in used["batches"]] == [
+        b["kernel_config"] for b in whole["batches"]
+    ]
+    assert all(b["kernel_config"] for b in whole["batches"])
+    steady = [
+        (w["output_sha256"], u["output_sha256"])
+        for w, u in zip(whole["batches"], used["batches"], strict=True)
+        if all(w["deterministic"] + u["deterministic"])
+    ]
+    assert steady, json.dumps(whole, default=str)[:2000]
+    assert all(w == u for w, u in steady)
+
+
+def probe_device() -> Any:
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 class _LayerThatCannotCompile:
     """A real built layer whose calls fail as an uncompilable kernel does (0.1.8's int8 w8a8)."""
 
@@ -184,6 +221,9 @@ class _LayerThatCannotCompile:
 
     def routing(self, topk_ids: Any, device: Any) -> Any:
         return self.layer.routing(topk_ids, device)
+
+    def table_rows(self) -> Any:
+        return self.layer.table_rows()
 
     def call(self, x: Any, moe: Any) -> Any:
         def fail() -> Any:

@@ -107,6 +107,7 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
         "timeout_s": 20.0,
         "jobs": 1,
         "gpu_timeout_s": 20.0,  # the 30 s default, held to --timeout
+        "compile": "used",  # no --full: only the kernels the batch sizes run
     }
     assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
     assert [c["state"] for c in record["cases"]] == ["ok", "ok", "ok", "unsupported"]
@@ -119,6 +120,25 @@ def test_a_clean_run_exits_0_and_writes_one_kernel_record(
         "| 0.0.0-double | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | ok 1.0e-03 1 ms | unsupported |",
         f"record: {path}",
     ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "compiled"),
+    [
+        ((), "used"),
+        (("--full",), "all"),  # --batch-sizes given: --full still compiles every kernel
+        (("--compile", "all"), "all"),
+        (("--full", "--compile", "used"), "used"),
+    ],
+)
+def test_full_compiles_every_dense_kernel_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: tuple[str, ...], compiled: str
+) -> None:
+    assert _run(tmp_path, monkeypatch, {}, *extra) == ExitCode.OK
+    assert _record(tmp_path)["settings"]["compile"] == compiled
+    # What the worker was told, from the plan it read.
+    plan = json.loads((tmp_path / "work" / "plan-1.json").read_text())
+    assert (plan["compile"], plan["batch_sizes"]) == (compiled, [1, 2048])
 
 
 def test_numerics_out_of_tolerance_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,12 @@
 #                            (SWEEP_GPU_TESTS_K="rerun_alone" passes pytest -k: only those tests);
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
 #                            the machine, cold JIT cache (the default screen), as the run "screen";
-#   SWEEP_SCREEN_WARM=1      and once more right after it, warm JIT cache ("screen-warm").
+#   SWEEP_SCREEN_WARM=1      and once more right after it, warm JIT cache ("screen-warm");
+#   SWEEP_SCREEN_ALL=1       then the screen compiling every dense kernel (`--compile all`, the
+#                            default before 2026-12-06), cold in a JIT cache of its own
+#                            ("screen-all"): the baseline for the screen's time, in the same call;
+#   SWEEP_FULL=0.1.20        then `humming-matrix kernels --full` with its other settings default,
+#                            alone, cold in a JIT cache of its own (the full sweep, "full").
 # Records and logs go to $OUT (or ./sweep-out) as one tarball, refreshed every 30 s (so a call
 # killed at its time limit still returns the runs finished by then); a run still going at
 # DEADLINE_S is stopped (SIGTERM: the CLI saves the finished cases in a record marked incomplete).
@@ -61,7 +66,8 @@ install_release() {
 kernels() {
     # kernels VERSION TAG LEFT_S [args...]: the CLI against that release's folder and JIT cache.
     v=$1; t=$2; left=$3; shift 3
-    HUMMING_CACHE_DIR="$work/jit-$v" PYTHONPATH="$work/site-$v:$work/deps:$PWD/src" \
+    # JIT names another cache (a cold run beside this release's usual one).
+    HUMMING_CACHE_DIR="${JIT:-$work/jit-$v}" PYTHONPATH="$work/site-$v:$work/deps:$PWD/src" \
         timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
         --input-cache "$work/inputs" --workdir "$work/work-$t" "$@" >"$work/cli-$t.log" 2>&1
 }
@@ -176,13 +182,15 @@ if [ -n "${inputs:-}" ]; then
     echo "inputs ready after $(( $(date +%s) - start )) s"
 fi
 screen() {
-    # screen TAG CACHE: `humming-matrix kernels` with its default settings, alone on the machine.
+    # screen TAG CACHE [args...]: `humming-matrix kernels` with its default settings but args,
+    # alone on the machine.
+    t=$1; cache=$2; shift 2
     began=$(date +%s)
-    kernels "$v" "$1-$v" $(( deadline - (began - start) ))
+    kernels "$v" "$t-$v" $(( deadline - (began - start) )) "$@"
     rc=$?
-    echo "$1 of $v (defaults, alone, $2 JIT cache): exit $rc in $(( $(date +%s) - began )) s"
-    tail -n 2 "$work/cli-$1-$v.log"
-    echo "$1" >>"$work/done.txt"
+    echo "$t of $v (defaults${*:+ but $*}, alone, $cache JIT cache): exit $rc in $(( $(date +%s) - began )) s"
+    tail -n 2 "$work/cli-$t-$v.log"
+    echo "$t" >>"$work/done.txt"
 }
 if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx screen "$work/done.txt"; then
     v=$SWEEP_SCREEN
@@ -191,6 +199,12 @@ if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx screen "$work/done.txt"; then
     # The same release again from the same folder: the screen of a runner that keeps
     # HUMMING_CACHE_DIR (humming's cache key holds the install path), and an A/A pair.
     [ -n "${SWEEP_SCREEN_WARM:-}" ] && screen screen-warm warm
+    [ -n "${SWEEP_SCREEN_ALL:-}" ] && JIT="$work/jit-all-$v" screen screen-all cold --compile all
+fi
+if [ -n "${SWEEP_FULL:-}" ] && ! grep -qx full "$work/done.txt"; then
+    v=$SWEEP_FULL
+    install_release "$v"
+    JIT="$work/jit-full-$v" screen full cold --full
 fi
 
 printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"

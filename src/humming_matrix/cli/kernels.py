@@ -30,6 +30,7 @@ from humming_matrix.errors import (
 from humming_matrix.kernels.cases import (
     DEFAULT_BATCH_SIZES,
     FULL_BATCH_SIZES,
+    CompiledKernels,
     parse_batch_sizes,
     select_cases,
 )
@@ -116,7 +117,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--full",
         action="store_true",
-        help="every batch size from 1 to 4096 (powers of two) unless --batch-sizes",
+        help="every batch size from 1 to 4096 (powers of two) unless --batch-sizes, and "
+        "every dense kernel compiled unless --compile",
+    )
+    p.add_argument(
+        "--compile",
+        choices=[c.value for c in CompiledKernels],
+        help="which of each dense layer's heuristic kernels (one per token-count range) to "
+        "compile: 'all', as vLLM's first call does, catches a kernel that fails to build in a "
+        "range no batch size runs; 'used' compiles only those the batch sizes run, the same "
+        "kernels (default: 'all' with --full, else 'used')",
     )
     p.add_argument(
         "--list",
@@ -160,8 +170,8 @@ def register(sub: Any) -> None:
         type=int,
         default=DEFAULT_JOBS,
         metavar="N",
-        help="cases run by N workers at once (humming's JIT compiles are single-threaded CPU "
-        "work); their checks share the GPU, each timing loop has it alone "
+        help="cases run by N workers at once (humming's JIT compiles are CPU work); their "
+        "checks share the GPU, each timing loop has it alone "
         f"(default: min({MAX_DEFAULT_JOBS}, CPU cores) = {DEFAULT_JOBS})",
     )
     p.add_argument("--seed", type=int, default=0, help="input seed (default: 0)")
@@ -202,6 +212,9 @@ def handle(
         return int(ExitCode.OK)
     default = FULL_BATCH_SIZES if args.full else DEFAULT_BATCH_SIZES
     sizes = parse_batch_sizes(args.batch_sizes or [",".join(map(str, default))])
+    compiled = CompiledKernels(
+        args.compile or (CompiledKernels.ALL if args.full else CompiledKernels.USED).value
+    )
     if (
         args.repeats < 1
         or args.draws < 1
@@ -218,11 +231,19 @@ def handle(
         timeout_s=args.timeout, worker=worker, jobs=args.jobs, gpu_timeout_s=args.gpu_timeout
     )
     settings = Settings(
-        sizes, args.repeats, args.draws, args.seed, args.timeout, args.jobs, watchdog.gpu_timeout_s
+        sizes,
+        args.repeats,
+        args.draws,
+        args.seed,
+        args.timeout,
+        args.jobs,
+        watchdog.gpu_timeout_s,
+        compiled,
     )
     plan = {
         "cases": [c.to_json() for c in cases],
         "batch_sizes": list(sizes),
+        "compile": compiled.value,
         "repeats": args.repeats,
         "draws": args.draws,
         "seed": args.seed,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,14 +74,35 @@ class Moe:
     block: int
 
 
-class BuiltLayer:
-    """A transformed humming layer and how to call it in this release."""
+def _json_safe(config: Any) -> dict[str, Any]:
+    return {
+        k: v if isinstance(v, int | float | str | bool | None) else str(v)
+        for k, v in config.items()
+    }
 
-    def __init__(self, case: KernelCase, layer: Any) -> None:
+
+def _serves(row: Any, m: int) -> bool:
+    """Whether a row [low, high, config] of humming's kernel table serves `m` tokens: humming's
+    launcher picks the row with low < m <= high, a high of 0 or less meaning no bound."""
+    low, high = int(row[0]), int(row[1])
+    return low < m and (high <= 0 or m <= high)
+
+
+class BuiltLayer:
+    """A transformed humming layer and how to call it in this release.
+
+    `used_by`: the batch sizes whose dense kernels alone are compiled (`CompiledKernels.USED`);
+    None compiles the layer's whole table on its first call, as vLLM does.
+    """
+
+    def __init__(self, case: KernelCase, layer: Any, used_by: Sequence[int] | None = None) -> None:
         self.case = case
         self.layer = layer
         self._params = set(inspect.signature(layer.forward).parameters)
         self._tuning: dict[int, Any] = {}
+        self._used_by = None if used_by is None else tuple(used_by)
+        self._table: list[Any] | None = None
+        self._dense_tuning: list[Any] | None = None
 
     def _name(self, *candidates: str) -> str:
         for name in candidates:
@@ -114,6 +135,42 @@ class BuiltLayer:
         config = self._tuning[rows]
         return config, int(config["block_shape"][0])
 
+    def dense_table(self) -> list[Any]:
+        """The layer's dense kernel table, [low, high, config] rows by token count, as humming
+        makes it on a first call with no tuning config (vLLM's: the heuristics, no shape)."""
+        if self._table is None:
+            from humming.tune import get_heuristics_config
+
+            table = get_heuristics_config(self._config())
+            if not isinstance(table, list) or not table:
+                raise Unsupported(f"dense heuristics returned {type(table).__name__}")
+            self._table = table
+        return self._table
+
+    def dense_tuning(self) -> list[Any] | None:
+        """The rows of the table that the run's batch sizes dispatch to (each with its own token
+        range, so humming's launcher picks the same row for them as from the whole table); None
+        when the whole table is compiled."""
+        if self._used_by is None:
+            return None
+        if self._dense_tuning is None:
+            self._dense_tuning = [
+                row for row in self.dense_table() if any(_serves(row, m) for m in self._used_by)
+            ]
+        return self._dense_tuning
+
+    def table_rows(self) -> dict[str, int] | None:
+        """How many rows the dense kernel table has and how many the run compiles (where the
+        compile time went); None for the MoE GEMM, or where the release does not say."""
+        if self.case.kind is GemmKind.MOE:
+            return None
+        try:
+            table = self.dense_table()
+        except Exception:
+            return None
+        used = self.dense_tuning()
+        return {"table": len(table), "compiled": len(table if used is None else used)}
+
     def routing(self, topk_ids: np.ndarray[Any, Any], device: torch.device) -> Moe:
         rows = topk_ids.size
         _, block = self.moe_tuning(rows)
@@ -126,21 +183,28 @@ class BuiltLayer:
         )
 
     def kernel_config(self, moe: Moe | None, rows: int) -> Any:
-        """What this release picked for the call (the MoE GEMM's tuning config: block shape,
-        stages, ...), JSON-safe; None where the release does not say."""
+        """What this release picked for the call (the tuning config: block shape, stages, ...),
+        JSON-safe: the MoE GEMM's for `rows` routed rows, or the dense table's row for `rows`
+        tokens. None where the release does not say (a record of what ran, never a reason for
+        the batch to fail: a dense run with the whole table asks the heuristics only here)."""
         if moe is None:
-            return None
+            try:
+                table = self.dense_table()
+            except Exception:
+                return None
+            row = next((r for r in table if _serves(r, rows)), None)
+            return None if row is None else _json_safe(row[2])
         config, _ = self.moe_tuning(rows)
-        return {
-            k: v if isinstance(v, int | float | str | bool | None) else str(v)
-            for k, v in config.items()
-        }
+        return _json_safe(config)
 
     def call(self, x: torch.Tensor, moe: Moe | None) -> Callable[[], torch.Tensor]:
         """A no-argument function that runs the layer once on `x` (and the routing)."""
         n = self.case.shape_n
         if moe is None:
-            return lambda: self.layer(inputs=x)[..., :n]
+            tuning = self.dense_tuning()
+            if tuning is None:
+                return lambda: self.layer(inputs=x)[..., :n]
+            return lambda: self.layer(inputs=x, tuning_config=tuning)[..., :n]
         rows = x.shape[0] * self.case.top_k
         config, _ = self.moe_tuning(rows)
         kwargs = {
@@ -268,8 +332,11 @@ def fit_tensors(
     return fitted
 
 
-def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLayer:
-    """Build, load and transform the layer. Raises Unsupported, or whatever humming raises."""
+def build(
+    case: KernelCase, weights: Weights, device: torch.device, used_by: Sequence[int] | None = None
+) -> BuiltLayer:
+    """Build, load and transform the layer. Raises Unsupported, or whatever humming raises.
+    `used_by`: see `BuiltLayer`."""
     weight_config, tensors = checkpoint_tensors(case, weights)
     with torch.cuda.device(device):
         layer = new_layer(case, weight_config)
@@ -277,4 +344,4 @@ def build(case: KernelCase, weights: Weights, device: torch.device) -> BuiltLaye
         layer.load_from_tensors(tensors)
         layer = layer.to(device)
         layer.transform()
-    return BuiltLayer(case, layer)
+    return BuiltLayer(case, layer, used_by)

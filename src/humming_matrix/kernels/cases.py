@@ -139,6 +139,19 @@ DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 16, 128, 2048)
 FULL_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
+class CompiledKernels(Enum):
+    """Which of a dense layer's kernels a run compiles.
+
+    humming keeps, per dense layer, a table of heuristic kernels by token-count range, and a
+    first call with no tuning config (vLLM's) compiles every row. The rows are the same kernels
+    either way; compiling only the rows the run's batch sizes fall in skips compiles that the
+    run never launches, but cannot see a row that fails to build (vLLM's first call would).
+    """
+
+    ALL = "all"  # every row, as vLLM's first call does (--full's default)
+    USED = "used"  # only the rows the run's batch sizes dispatch to (the screen's default)
+
+
 def select_cases(
     patterns: Sequence[str] | None, suite: Sequence[KernelCase]
 ) -> tuple[KernelCase, ...]:

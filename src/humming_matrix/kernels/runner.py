@@ -35,7 +35,13 @@ from typing import IO, Any
 import numpy as np
 
 from humming_matrix.kernels.assess import BOUND, BOUND_WITH_TIES, channel_bound
-from humming_matrix.kernels.cases import Activation, GemmKind, KernelCase, WeightScheme
+from humming_matrix.kernels.cases import (
+    Activation,
+    CompiledKernels,
+    GemmKind,
+    KernelCase,
+    WeightScheme,
+)
 from humming_matrix.kernels.claims import CaseQueue
 from humming_matrix.kernels.inputs import (
     E2M1_VALUES,
@@ -420,6 +426,14 @@ def _work(case: KernelCase, m: int, topk_ids: np.ndarray[Any, Any] | None) -> tu
     return flop, moved
 
 
+def _used_by(plan: dict[str, Any]) -> list[int] | None:
+    """The batch sizes whose dense kernels alone the plan compiles; None: the whole table (the
+    default, and plans from before `compile`)."""
+    if plan.get("compile", CompiledKernels.ALL.value) == CompiledKernels.USED.value:
+        return [int(m) for m in plan["batch_sizes"]]
+    return None
+
+
 def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int) -> dict[str, Any]:
     import torch
 
@@ -449,7 +463,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     try:
         # Outside the lock: a build may JIT-compile for seconds (CPU work), and its repacking
         # kernels are short next to a timing loop's flushes.
-        layer = adapter.build(case, weights, device)
+        layer = adapter.build(case, weights, device, _used_by(plan))
     except Exception as exc:
         result["state"] = "unsupported" if adapter.is_api_gap(exc) else "error"
         result["reason"] = f"build: {describe(exc)}"
@@ -457,6 +471,9 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
         return result
     torch.cuda.synchronize()
     result["build_seconds"] = time.perf_counter() - began
+    rows = layer.table_rows()
+    if rows is not None:
+        result["dense_kernels"] = rows
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
     # Under the long limit: uploading and reducing a checkpoint (gpt-oss's 32 experts of 5760 x
     # 2880) is untimed, so no short bound is known for it.

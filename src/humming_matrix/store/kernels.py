@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from humming_matrix.kernels.assess import CaseState
+from humming_matrix.kernels.cases import CompiledKernels
 from humming_matrix.store.records import RecordType
 from humming_matrix.store.results import SCHEMA_VERSION, RecordKind
 
@@ -27,6 +28,8 @@ class Settings:
     jobs: int = 1  # workers at once (records before `--jobs` ran one)
     # The limit inside a GPU turn (records before `--gpu-timeout` had `timeout_s` throughout).
     gpu_timeout_s: float | None = None
+    # Which dense kernels were compiled (records before `--compile` compiled them all).
+    compile: CompiledKernels = CompiledKernels.ALL
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +40,7 @@ class Settings:
             "timeout_s": self.timeout_s,
             "jobs": self.jobs,
             "gpu_timeout_s": self.gpu_timeout_s,
+            "compile": self.compile.value,
         }
 
 
