@@ -528,3 +528,24 @@ def test_retiled_kernels_within_the_floor_are_never_worse_in_simulation() -> Non
     worse = _record("0.1.18", {"a": [_batch(rel=tuple(e + 1.7e-3 for e in base_rel))]})
     (v,) = compare_kernel_records([base], [worse]).verdicts
     assert v.verdict is Verdict.WORSE
+
+
+def test_sides_that_compiled_different_dense_kernels_are_warned_of() -> None:
+    whole = _record("0.1.16", {"a": "error"})
+    used = _record("0.1.17", {"a": [_batch()]})
+    used["settings"]["compile"] = "used"
+    comparison = compare_kernel_records([whole], [used])
+    (verdict,) = comparison.verdicts
+    assert verdict.verdict is Verdict.FIXED
+    assert comparison.warnings == (
+        "the sides compiled different dense kernels (baseline: all, candidate: used; "
+        "`kernels --compile`): a dense case broken on one side alone may be a kernel the other "
+        "never built",
+    )
+    assert comparison.to_markdown().endswith(f"\n> {comparison.warnings[0]}\n")
+    # Records from before `--compile` compiled every kernel: no warning beside an "all" run.
+    whole_too = _record("0.1.17", {"a": [_batch()]})
+    whole_too["settings"]["compile"] = "all"
+    assert compare_kernel_records([whole], [whole_too]).warnings == ()
+    del whole["settings"]["compile"]
+    assert compare_kernel_records([whole], [whole_too]).warnings == ()

@@ -51,6 +51,7 @@ from humming_matrix.kernels.assess import (
     assess_case,
     num,
 )
+from humming_matrix.kernels.cases import CompiledKernels
 from humming_matrix.kernels.record import (
     case_reason,
     check_kernel_record,
@@ -512,6 +513,14 @@ def compare_kernel_records(
         versions = {str(r.get("environment", {}).get("humming_kernels")) for r in records}
         if len(versions) > 1:
             warnings.append(f"{side_name} pools several humming versions: {sorted(versions)}")
+    compiled = [sorted({_compiled(r) for r in side}) for side in (base_records, cand_records)]
+    if compiled[0] != compiled[1] or len(compiled[0]) > 1:
+        # A dense table row that fails to build breaks every batch of a run that compiles it.
+        warnings.append(
+            f"the sides compiled different dense kernels (baseline: {'+'.join(compiled[0])}, "
+            f"candidate: {'+'.join(compiled[1])}; `kernels --compile`): a dense case broken on "
+            "one side alone may be a kernel the other never built"
+        )
     verdicts = []
     keys = sorted(set(base) | set(cand), key=lambda k: (k[0], -1 if k[1] is None else k[1]))
     for key in keys:
@@ -531,6 +540,13 @@ def compare_kernel_records(
         fail_on_slowdown=fail_on_slowdown,
         warnings=tuple(warnings),
     )
+
+
+def _compiled(record: Mapping[str, Any]) -> str:
+    """Which dense kernels the run compiled ("all" in records from before `--compile`)."""
+    settings = record.get("settings")
+    value = settings.get("compile") if isinstance(settings, Mapping) else None
+    return str(value or CompiledKernels.ALL.value)
 
 
 def _spread_whole_cases(
