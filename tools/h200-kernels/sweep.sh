@@ -29,7 +29,8 @@
 #                            default before 2026-12-06), cold in a JIT cache of its own
 #                            ("screen-all"): the baseline for the screen's time, in the same call;
 #   SWEEP_FULL=0.1.20        then `humming-matrix kernels --full` with its other settings default,
-#                            alone, cold in a JIT cache of its own (the full sweep, "full").
+#                            alone, cold in a JIT cache of its own (the full sweep, "full");
+#   SWEEP_FULL_WARM=1        and again from that cache ("full-warm", here or in a later call).
 # Records and logs go to $OUT (or ./sweep-out) as one tarball, refreshed every 30 s (so a call
 # killed at its time limit still returns the runs finished by then); a run still going at
 # DEADLINE_S is stopped (SIGTERM: the CLI saves the finished cases in a record marked incomplete).
@@ -186,7 +187,9 @@ screen() {
     # alone on the machine.
     t=$1; cache=$2; shift 2
     began=$(date +%s)
-    kernels "$v" "$t-$v" $(( deadline - (began - start) )) "$@"
+    left=$(( deadline - (began - start) ))
+    if [ "$left" -lt 30 ]; then echo "$t of $v: skipped, deadline"; return; fi
+    kernels "$v" "$t-$v" "$left" "$@"
     rc=$?
     echo "$t of $v (defaults${*:+ but $*}, alone, $cache JIT cache): exit $rc in $(( $(date +%s) - began )) s"
     tail -n 2 "$work/cli-$t-$v.log"
@@ -201,10 +204,13 @@ if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx screen "$work/done.txt"; then
     [ -n "${SWEEP_SCREEN_WARM:-}" ] && screen screen-warm warm
     [ -n "${SWEEP_SCREEN_ALL:-}" ] && JIT="$work/jit-all-$v" screen screen-all cold --compile all
 fi
-if [ -n "${SWEEP_FULL:-}" ] && ! grep -qx full "$work/done.txt"; then
+if [ -n "${SWEEP_FULL:-}" ]; then
     v=$SWEEP_FULL
     install_release "$v"
-    JIT="$work/jit-full-$v" screen full cold --full
+    grep -qx full "$work/done.txt" || JIT="$work/jit-full-$v" screen full cold --full
+    if [ -n "${SWEEP_FULL_WARM:-}" ] && ! grep -qx full-warm "$work/done.txt"; then
+        JIT="$work/jit-full-$v" screen full-warm warm --full
+    fi
 fi
 
 printf '%s\n' $versions | xargs -P "$parallel" -I{} bash -c 'run_one "$@"' _ {} "$@"
