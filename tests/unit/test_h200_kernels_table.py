@@ -1,6 +1,6 @@
-"""results/h200/gen2, gen3, gen4 and gen6/README.md are what tools/h200-kernels/table.py makes of
-the committed records (generated, never edited by hand), and their tables say what the records
-say."""
+"""results/h200/gen2, gen3, gen4, gen6 and gen7/README.md are what tools/h200-kernels/table.py
+makes of the committed records (generated, never edited by hand), and their tables say what the
+records say."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ GEN2 = REPO / "results" / "h200" / "gen2"
 GEN3 = REPO / "results" / "h200" / "gen3"
 GEN4 = REPO / "results" / "h200" / "gen4"
 GEN6 = REPO / "results" / "h200" / "gen6"
+GEN7 = REPO / "results" / "h200" / "gen7"
 
 
 def generated(folder: Path, script: str = "table.py") -> str:
@@ -174,4 +175,64 @@ def test_an_h100_and_an_h200_give_the_same_output_bytes(tmp_path: Path) -> None:
     (tmp_path / first.name).write_text(json.dumps(record))
     assert _same_bytes(REPO / "results" / "h200" / "gen5", tmp_path) == [
         "| 0.1.17 | H200 / H100 80GB HBM3 | 275 | 274 | 1 |"
+    ]
+
+
+def test_compiling_only_the_used_dense_kernels_gave_the_same_bytes() -> None:
+    # Gen6 call 27 ran the default screen of 0.1.17 with `--compile used` (the new default) and
+    # `--compile all`, cold, one after the other; call 23 had run it with every kernel. The rows
+    # compiled are the records' own count: 4 of the table's 92 for Qwen2-1.5B's q/k/v.
+    call27 = sorted((GEN6 / "call27").glob("kernels__suite__0.1.17__*.json"))
+    records = [json.loads(p.read_text()) for p in call27]
+    assert [r["settings"]["compile"] for r in records] == ["used", "all"]
+    qkv = [
+        next(c for c in r["cases"] if c["name"] == "qkv-fp8-channel-bf16-2048x1536")
+        for r in records
+    ]
+    assert [c["dense_kernels"] for c in qkv] == [
+        {"table": 92, "compiled": 4},
+        {"table": 92, "compiled": 92},
+    ]
+    assert [b["kernel_config"] for b in qkv[0]["batches"]] == [
+        b["kernel_config"] for b in qkv[1]["batches"]
+    ]
+    for other in (GEN6 / "call23", GEN6 / "call27"):
+        assert _same_bytes(GEN6 / "call27", other) == [
+            "| 0.1.17 | H100 80GB HBM3 / H100 80GB HBM3 | 275 | 275 | 0 |"
+        ]
+    # Calls 27 - 28 ran the dense cases of 0.1.9 and 0.1.12 with `--compile used`: the bytes of
+    # the H200's runs that compiled every kernel.
+    assert _same_bytes(REPO / "results" / "h200" / "compile-used", GEN6) == [
+        "| 0.1.9 | H100 80GB HBM3 / H200 | 25 | 25 | 0 |",
+        "| 0.1.12 | H100 80GB HBM3 / H200 | 40 | 40 | 0 |",
+    ]
+
+
+def test_the_seventh_generation_readme_is_the_full_sweep_of_its_records() -> None:
+    text = (GEN7 / "README.md").read_text()
+    assert generated(GEN7) == text
+    # 0.1.20's full sweep, cold then warm JIT cache: every case's state agrees; the cold run's
+    # workers spent 1199 s compiling, the warm one's 27.
+    assert "| 0.1.20 | call1/3a9172 | yes | 39 | 0 | 45 | 0 | 0 | 0 | 0 | 0 | 52 | 1199 |" in text
+    assert "| 0.1.20 | call2/97f85e | yes | 39 | 0 | 45 | 0 | 0 | 0 | 0 | 0 | 37 | 27 |" in text
+    for path in sorted(GEN7.rglob("kernels__suite__0.1.20__*.json")):
+        record = json.loads(path.read_text())
+        assert record["settings"]["compile"] == "all"
+        assert record["settings"]["batch_sizes"] == [
+            1,
+            2,
+            4,
+            8,
+            16,
+            32,
+            64,
+            128,
+            256,
+            512,
+            1024,
+            2048,
+            4096,
+        ]
+    assert _same_bytes(GEN7 / "call1", GEN7 / "call2") == [
+        "| 0.1.20 | H100 80GB HBM3 / H100 80GB HBM3 | 839 | 839 | 0 |"
     ]

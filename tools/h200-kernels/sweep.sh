@@ -66,7 +66,8 @@ install_release() {
 
 kernels() {
     # kernels VERSION TAG LEFT_S [args...]: the CLI against that release's folder and JIT cache.
-    v=$1; t=$2; left=$3; shift 3
+    local v=$1 t=$2 left=$3
+    shift 3
     # JIT names another cache (a cold run beside this release's usual one).
     HUMMING_CACHE_DIR="${JIT:-$work/jit-$v}" PYTHONPATH="$work/site-$v:$work/deps:$PWD/src" \
         timeout -k 10 "$left" python3 -m humming_matrix kernels --results "$work/records" \
@@ -185,7 +186,10 @@ fi
 screen() {
     # screen TAG CACHE [args...]: `humming-matrix kernels` with its default settings but args,
     # alone on the machine.
-    t=$1; cache=$2; shift 2
+    # Locals here and in `kernels` (gen6 call 27: its t was global and renamed this run
+    # "screen-0.1.17" in the log and in done.txt).
+    local t=$1 cache=$2 began left
+    shift 2
     began=$(date +%s)
     left=$(( deadline - (began - start) ))
     if [ "$left" -lt 30 ]; then echo "$t of $v: skipped, deadline"; return; fi
