@@ -1,8 +1,8 @@
 """The queue of one run's cases, shared by its workers: each claims the next case under a lock.
 
 With `kernels --jobs N` several workers run one release's cases at once (humming's NVRTC
-compiles are CPU work, one kernel a thread, and a GPU machine has many cores). A worker that finishes
-a case claims the next unclaimed one, so one slow case does not hold the others back. The
+compiles are CPU work, one kernel a thread, and a GPU machine has many cores). A worker that
+finishes a case claims the next unclaimed one, so one slow case does not hold the others back. The
 watchdog claims too, on behalf of a worker that died or hung before claiming, so a run always
 advances. The queue is one small file holding the next index; `fcntl.flock` serialises claims
 across processes (humming's own JIT cache locks the same way).
