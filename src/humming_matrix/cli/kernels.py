@@ -212,9 +212,10 @@ def handle(
         return int(ExitCode.OK)
     default = FULL_BATCH_SIZES if args.full else DEFAULT_BATCH_SIZES
     sizes = parse_batch_sizes(args.batch_sizes or [",".join(map(str, default))])
-    compiled = CompiledKernels(
-        args.compile or (CompiledKernels.ALL if args.full else CompiledKernels.USED).value
-    )
+    if args.compile:
+        compiled = CompiledKernels(args.compile)
+    else:
+        compiled = CompiledKernels.ALL if args.full else CompiledKernels.USED
     if (
         args.repeats < 1
         or args.draws < 1

@@ -147,6 +147,15 @@ class BuiltLayer:
             self._table = table
         return self._table
 
+    def _told_table(self) -> list[Any] | None:
+        """The dense table, or None where the release does not say (for what the record
+        reports about it, never a reason for a batch to fail: a run that compiles the whole
+        table asks the heuristics only for the record)."""
+        try:
+            return self.dense_table()
+        except Exception:
+            return None
+
     def dense_tuning(self) -> list[Any] | None:
         """The rows of the table that the run's batch sizes dispatch to (each with its own token
         range, so humming's launcher picks the same row for them as from the whole table); None
@@ -162,11 +171,8 @@ class BuiltLayer:
     def table_rows(self) -> dict[str, int] | None:
         """How many rows the dense kernel table has and how many the run compiles (where the
         compile time went); None for the MoE GEMM, or where the release does not say."""
-        if self.case.kind is GemmKind.MOE:
-            return None
-        try:
-            table = self.dense_table()
-        except Exception:
+        table = None if self.case.kind is GemmKind.MOE else self._told_table()
+        if table is None:
             return None
         used = self.dense_tuning()
         return {"table": len(table), "compiled": len(table if used is None else used)}
@@ -185,13 +191,9 @@ class BuiltLayer:
     def kernel_config(self, moe: Moe | None, rows: int) -> Any:
         """What this release picked for the call (the tuning config: block shape, stages, ...),
         JSON-safe: the MoE GEMM's for `rows` routed rows, or the dense table's row for `rows`
-        tokens. None where the release does not say (a record of what ran, never a reason for
-        the batch to fail: a dense run with the whole table asks the heuristics only here)."""
+        tokens. None where the release does not say."""
         if moe is None:
-            try:
-                table = self.dense_table()
-            except Exception:
-                return None
+            table = self._told_table() or []
             row = next((r for r in table if _serves(r, rows)), None)
             return None if row is None else _json_safe(row[2])
         config, _ = self.moe_tuning(rows)
