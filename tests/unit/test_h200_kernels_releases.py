@@ -207,6 +207,13 @@ def _slowed(record: dict[str, Any], factor: float) -> dict[str, Any]:
     return slow
 
 
+def _queued_ahead(record: dict[str, Any]) -> dict[str, Any]:
+    for case in record["cases"]:
+        for batch in case["batches"]:
+            batch["time"]["queued_ahead"] = True
+    return record
+
+
 def test_speed_is_judged_only_between_runs_of_one_call(tmp_path: Path) -> None:
     # The same output bytes ten times slower (beyond the widest spread of these runs, a MAD of
     # 26 % of the median): `slower` within one call, nothing across calls.
@@ -242,13 +249,20 @@ def test_speed_is_judged_only_between_runs_of_one_call(tmp_path: Path) -> None:
         "| moe-down-mxfp4-bf16-2048x768-e128k8 | 1 | 0.1.19 | 0.1.20 | same | "
         "slower 10.00x (one run a side) (gen9 call1) |  |"
     )
-    # Only the generations the evidence comes from are searched: the first three timed eagerly.
+    # Beyond the generations the evidence comes from, only calls whose launches were queued
+    # behind the GPU spin count: the first four generations' eager timings measured the host.
     older = tmp_path / "older"
     _write(older, "gen3/call1", _record("0.1.19", "before"))
     _write(older, "gen3/call1", _slowed(_record("0.1.20", "after"), 10.0))
     _write(older, "gen9/call1", _record("0.1.19", "newer"))
     _write(older, "gen9/call2", _record("0.1.20", "newer"))
     assert _table(_generated(older), "## 3. Release to release")[1:] == []
+    # The same older call with its launches queued ahead (as gen5 and gen6 timed) times the pair.
+    _write(older, "gen3/call1", _queued_ahead(_record("0.1.19", "before")))
+    _write(older, "gen3/call1", _queued_ahead(_slowed(_record("0.1.20", "after"), 10.0)))
+    rows = _table(_generated(older), "## 3. Release to release")[1:]
+    assert len(rows) == 8 * 4
+    assert all("| same | slower 10.00x (one run a side) (gen3 call1) |" in r for r in rows)
 
 
 def test_a_case_that_crashed_as_a_whole_is_judged_at_each_batch_size(tmp_path: Path) -> None:

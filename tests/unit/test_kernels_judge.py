@@ -438,6 +438,17 @@ def test_an_erratic_out_of_tolerance_candidate_cannot_hide_behind_its_spread() -
     assert v.note == "out of tolerance; the baseline was within it"
 
 
+def test_a_move_between_two_out_of_tolerance_sides_names_both_states() -> None:
+    # 0.1.10 -> 0.1.11's FP8-channel gate/up at 2048 tokens: out of tolerance on both sides, the
+    # error down on every draw. `improved` alone would read as a repair in a table of verdicts.
+    base = _record("0.1.10", {"a": [_batch(rel=(0.4, 0.41))]})
+    cand = _record("0.1.11", {"a": [_batch(rel=(0.2, 0.21))]})
+    (v,) = compare_kernel_records([base], [cand]).verdicts
+    assert (v.verdict, v.note) == (Verdict.IMPROVED, "fail on both sides")
+    (back,) = compare_kernel_records([cand], [base]).verdicts
+    assert (back.verdict, back.note) == (Verdict.WORSE, "fail on both sides")
+
+
 def test_an_error_turning_into_out_of_tolerance_numbers_is_still_broken_not_fixed() -> None:
     base = _record("0.1.0", {"a": [{"m": 64, "error": "AssertionError"}]})
     cand = _record("0.1.12", {"a": [_batch(rel=(1.0, 1.0))]})

@@ -143,6 +143,7 @@ def test_verdicts_are_the_kernel_judges(report: StoreReport) -> None:
     assert row.line() == (
         "mxfp4-bf16-qkv-gpt-oss-20b on humming-kernels 0.1.8 vs 0.1.0: newly-broken: "
         "m=64, 2048 newly-broken (nonfinite); m=1 worse, faster 8.75x, one run a side"
+        " (nondeterministic before, fail now)"
     )
 
 
@@ -349,7 +350,7 @@ def test_a_release_split_over_partial_runs_shows_and_fails_every_case(tmp_path: 
     )
     assert (
         "| ❌ | qkv-gptq-int4-g128-fp8-e4m3-5120x2048 | 0.1.9 | kernels-0.1.9 |"
-        " nondeterministic 0.0689 ms | worse | m=2048 worse |"
+        " nondeterministic 0.0689 ms | worse | m=2048 worse (nondeterministic before, fail now) |"
     ) in text
     assert "| not run |" not in text
     assert (

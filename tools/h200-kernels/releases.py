@@ -18,9 +18,10 @@ case are superseded. Every batch is re-judged by the product's kernel judge. Tab
 3. release to release: each release against the previous release that ran the case, every
    verdict other than `same` and `still-broken` (table 2 lists those), and `slower`/`faster`
    from runs of one call, which alone share a machine and its load: the evidence itself where
-   it is one call's, else the newest call of the evidence's generations that ran both releases
-   (named), else none (the records of one side may come from another generation than the
-   other's: where their inputs differ the verdict says `incomparable`);
+   it is one call's, else the newest call that ran both releases, of the evidence's generations
+   or timed behind the GPU spin (named), else none (the records of one side may come from
+   another generation than the other's: where their inputs differ the verdict says
+   `incomparable`);
 4. tables 2 and 3 again per release, a case an item: what a reviewer of one bump reads.
 """
 
@@ -288,6 +289,13 @@ def _call_order(key: tuple[str, str]) -> tuple[int, int]:
     return _generation_order(key[0]), int(number.group()) if number else 0
 
 
+def _queued(run: Run) -> bool:
+    """Whether every timing of the run was queued behind the GPU spin (a graph replay or an
+    eager launch alike), so that it measured the stream rather than the host's launch path."""
+    times = [b["time"] for c in run.cases.values() for b in c.get("batches") or [] if b.get("time")]
+    return bool(times) and all("queued_ahead" in t for t in times)
+
+
 def _timed_in_one_call(
     previous: str, version: str, names: set[str], calls: Calls, generations: set[str]
 ) -> dict[tuple[str, int | None], tuple[CaseVerdict, str]]:
@@ -295,11 +303,18 @@ def _timed_in_one_call(
     and that call, for timing alone: where the newest evidence of the two comes from different
     calls, an older call that ran both still shares a machine and its load (gen5 call 2 ran
     0.1.16 and 0.1.17, and gen6 call 23 superseded 0.1.17's evidence). Only calls of the
-    evidence's own `generations`: the first three timed eagerly, which measured the host."""
+    evidence's own `generations`, or of any generation whose timed launches were queued behind
+    the GPU spin (`time.queued_ahead`, gen5 on): the first four's eager timings measured the
+    host. Gen7's full sweeps run a release or two a call, so their neighbours' timing comes from
+    gen5's and gen6's calls, at the batch sizes those ran."""
     shared: dict[tuple[str, str], set[str]] = defaultdict(set)
     for name in names:
-        both = calls[(previous, name)].keys() & calls[(version, name)].keys()
-        both = {key for key in both if key[0] in generations}
+        runs = calls[(previous, name)], calls[(version, name)]
+        both = {
+            key
+            for key in runs[0].keys() & runs[1].keys()
+            if key[0] in generations or all(_queued(r) for side in runs for r in side[key])
+        }
         if both:
             shared[max(both, key=_call_order)].add(name)
     out: dict[tuple[str, int | None], tuple[CaseVerdict, str]] = {}
@@ -371,8 +386,9 @@ def _change_table(changes: list[Change]) -> list[str]:
         "",
         "Each release against the previous release that ran the case (the newest evidence of "
         "each): verdicts other than `same` and `still-broken`, and `slower`/`faster` from runs "
-        "of one call: the evidence's own, else the newest call of its generations that ran both "
-        "releases, named (times from different calls or GPU models judge no speed).",
+        "of one call: the evidence's own, else the newest call that ran both releases, of the "
+        "evidence's generations or timed behind the GPU spin (gen5 on), named (times from "
+        "different calls or GPU models judge no speed).",
         "",
         "| case | batch | from | to | verdict | time | note |",
         "| --- | ---: | --- | --- | --- | --- | --- |",

@@ -19,7 +19,7 @@
 # names runs whose records an earlier machine (now given back) made. A cut run that the next call
 # resumes runs only the cases its earlier records lack (its own record then holds those alone).
 #
-# Optional, once per machine (each also listed in done.txt):
+# Optional, once per machine and release (each also listed in done.txt, as "full-0.1.20"):
 #   SWEEP_GPU_TESTS=0.1.20   first run tests/gpu (pytest -m gpu) against that release
 #                            (SWEEP_GPU_TESTS_K="rerun_alone" passes pytest -k: only those tests);
 #   SWEEP_SCREEN=0.1.20      then time `humming-matrix kernels` with its default settings alone on
@@ -186,8 +186,9 @@ fi
 screen() {
     # screen TAG CACHE [args...]: `humming-matrix kernels` with its default settings but args,
     # alone on the machine.
-    # Locals here and in `kernels` (gen6 call 27: its t was global and renamed this run
-    # "screen-0.1.17" in the log and in done.txt).
+    # Locals here and in `kernels` (gen6 call 27: its t was global, and the screen's log and
+    # done.txt took the tag `kernels` had set). done.txt names the release too: a warm machine's
+    # next call may screen or sweep another.
     local t=$1 cache=$2 began left
     shift 2
     began=$(date +%s)
@@ -197,9 +198,9 @@ screen() {
     rc=$?
     echo "$t of $v (defaults${*:+ but $*}, alone, $cache JIT cache): exit $rc in $(( $(date +%s) - began )) s"
     tail -n 2 "$work/cli-$t-$v.log"
-    echo "$t" >>"$work/done.txt"
+    echo "$t-$v" >>"$work/done.txt"
 }
-if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx screen "$work/done.txt"; then
+if [ -n "${SWEEP_SCREEN:-}" ] && ! grep -qx "screen-$SWEEP_SCREEN" "$work/done.txt"; then
     v=$SWEEP_SCREEN
     install_release "$v"
     screen screen cold
@@ -211,8 +212,8 @@ fi
 if [ -n "${SWEEP_FULL:-}" ]; then
     v=$SWEEP_FULL
     install_release "$v"
-    grep -qx full "$work/done.txt" || JIT="$work/jit-full-$v" screen full cold --full
-    if [ -n "${SWEEP_FULL_WARM:-}" ] && ! grep -qx full-warm "$work/done.txt"; then
+    grep -qx "full-$v" "$work/done.txt" || JIT="$work/jit-full-$v" screen full cold --full
+    if [ -n "${SWEEP_FULL_WARM:-}" ] && ! grep -qx "full-warm-$v" "$work/done.txt"; then
         JIT="$work/jit-full-$v" screen full-warm warm --full
     fi
 fi

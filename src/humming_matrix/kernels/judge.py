@@ -13,7 +13,8 @@ Per case and batch size, on identical input bytes (else `incomparable`):
   the floor (the draws are paired: the same inputs on both sides); also when the candidate is
   out of tolerance or not bit-identical on relaunch and the baseline was neither, however
   erratic its draws;
-  `improved` the other way;
+  `improved` the other way (where the baseline was out of tolerance or not bit-identical and
+  the candidate still is, either says so in its note);
 * `fixed`: out of tolerance (or nondeterministic, or broken) before, within tolerance now;
 * `same` / `changed`: where both sides are bit-identical on relaunch, identical output bytes are
   `same` and different ones `changed`, with the size of the change and whether it moved toward
@@ -622,6 +623,13 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         )
     elif b.state is not CaseState.OK and c.state is CaseState.OK:
         verdict, note = Verdict.FIXED, f"{b.state.value} before, within tolerance now"
+    elif b.state is not CaseState.OK and verdict in (Verdict.IMPROVED, Verdict.WORSE):
+        # Table 3 lists no state: an `improved` there must not read as a repair.
+        note = (
+            f"{c.state.value} on both sides"
+            if b.state is c.state
+            else f"{b.state.value} before, {c.state.value} now"
+        )
     if b.kernel_config and c.kernel_config and b.kernel_config != c.kernel_config:
         change = f"kernel config {b.kernel_config} -> {c.kernel_config}"
         note = f"{note}; {change}" if note else change
