@@ -13,8 +13,9 @@ Per case and batch size, on identical input bytes (else `incomparable`):
   the floor (the draws are paired: the same inputs on both sides); also when the candidate is
   out of tolerance or not bit-identical on relaunch and the baseline was neither, however
   erratic its draws;
-  `improved` the other way (where the baseline was out of tolerance or not bit-identical and
-  the candidate still is, either says so in its note);
+  `improved` the other way. Between two sides neither within tolerance and bit-identical the
+  note names both states, and a flip between out of tolerance and not bit-identical that the
+  numbers call `same` is `changed` (a nondeterministic layer near the bound flips either way);
 * `fixed`: out of tolerance (or nondeterministic, or broken) before, within tolerance now;
 * `same` / `changed`: where both sides are bit-identical on relaunch, identical output bytes are
   `same` and different ones `changed`, with the size of the change and whether it moved toward
@@ -123,6 +124,9 @@ class Side:
     gpus: frozenset[str] = frozenset()  # the GPU model of each run that timed it
     runs: int = 1  # the runs pooled here
     broken: tuple[CaseState, ...] = ()  # the state of each of them that gave no usable numbers
+    # Any run out of tolerance here. `state` ranks `nondeterministic` above `fail`, so a side
+    # pooled from a failing run and a nondeterministic one shows the latter.
+    out_of_tolerance: bool = False
     # Of them, those whose case hung beside other workers and went through rerun alone
     # (`first_attempt` in the record): their numbers are the rerun's.
     hung_beside_others: int = 0
@@ -408,6 +412,7 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             gpus=frozenset(slot.get("gpus", ())),
             runs=len(slot["states"]),
             broken=tuple(st for st in slot["states"] if not st.produced_numbers),
+            out_of_tolerance=CaseState.FAIL in slot["states"],
             hung_beside_others=slot["beside"],
         )
     return pooled
@@ -618,23 +623,34 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         verdict = Verdict.WORSE
         note = (
             "out of tolerance; the baseline was within it"
-            if c.state is CaseState.FAIL
+            if c.out_of_tolerance
             else f"{c.state.value}; the baseline was not"
         )
     elif b.state is not CaseState.OK and c.state is CaseState.OK:
-        verdict, note = Verdict.FIXED, f"{b.state.value} before, within tolerance now"
-    elif b.state is not CaseState.OK and verdict in (Verdict.IMPROVED, Verdict.WORSE):
-        # Table 3 lists no state: an `improved` there must not read as a repair.
-        note = (
-            f"{c.state.value} on both sides"
-            if b.state is c.state
-            else f"{b.state.value} before, {c.state.value} now"
-        )
+        verdict, note = Verdict.FIXED, f"{_label(b)} before, within tolerance now"
+    elif b.state is not CaseState.OK:
+        # Neither side within tolerance and bit-identical: the numbers judge, and the note says
+        # both states, since a table of verdicts shows none and `improved` reads as a repair.
+        # A flip between out of tolerance and not bit-identical that the numbers call `same` is
+        # `changed`, never failing: a nondeterministic layer near the bound flips either way
+        # between runs (0.1.14 -> 0.1.15's FP8-channel down_proj at 1 token), and without it
+        # 0.1.19 -> 0.1.20's MXFP4 MoE with FP8 activations, out of tolerance before and within
+        # it but not bit-identical now, showed in no table.
+        before, now = _label(b), _label(c)
+        if before != now and verdict is Verdict.SAME:
+            verdict = Verdict.CHANGED
+        if verdict in (Verdict.IMPROVED, Verdict.WORSE) or before != now:
+            states = f"{now} on both sides" if before == now else f"{before} before, {now} now"
+            note = f"{states}; {note}" if note else states
     if b.kernel_config and c.kernel_config and b.kernel_config != c.kernel_config:
         change = f"kernel config {b.kernel_config} -> {c.kernel_config}"
         note = f"{note}; {change}" if note else change
     tv, ratio, tnoise = _time_verdict(b, c)
     return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise, note=note)
+
+
+def _label(side: Side) -> str:
+    return CaseState.FAIL.value if side.out_of_tolerance else side.state.value
 
 
 def _with_reruns(v: CaseVerdict) -> CaseVerdict:
