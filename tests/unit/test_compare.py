@@ -429,7 +429,10 @@ def test_cli_sends_kernel_records_to_the_kernel_judge(
     assert main(["compare", str(base), str(cand), "--json", str(out)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "## Kernel tier: humming 0.1.10 vs 0.1.6: REGRESSION"
-    row = "| w4a16-4096x4096 | 1 | newly-broken | - -> crash | - -> crash | - -> - | unknown |"
+    row = (
+        "| w4a16-4096x4096 | 1 | newly-broken | - -> crash | - -> crash | - -> - | unknown"
+        " | crash |"
+    )
     assert row in lines
     data = json.loads(out.read_text())
     assert (data["kind"], data["regression"], data["exit_code"]) == ("kernels", True, 1)

@@ -466,6 +466,11 @@ def test_a_flip_between_out_of_tolerance_and_nondeterministic_is_changed_never_h
         "reference), worst channel +0.2",
     )
     assert compare_kernel_records([erratic], [failing]).exit_code == 0
+    # `compare` prints the note beside the verdict: the rows' errors alone are equal.
+    assert (
+        "| a | 64 | changed | 2.00e-03 -> 2.00e-03 | 2.00e-01 -> 4.00e-03 | 1 -> 1 | same"
+        " (1.000x the time, one run a side) | fail before, nondeterministic now |"
+    ) in compare_kernel_records([failing], [erratic]).to_markdown().splitlines()
     # A side pooled from a failing run and a nondeterministic one is still out of tolerance.
     again = _record("0.1.20", {"a": [_batch(worst_row_rel_err=[0.2] * 3)]}, run_id="r2")
     (pooled,) = compare_kernel_records([failing], [erratic, again]).verdicts

@@ -242,16 +242,19 @@ class KernelComparison:
             f"## Kernel tier: humming {cand} vs {base}: {head}",
             "",
             "| case | batch | verdict | rel. error base -> cand | worst channel base -> cand "
-            "| time base -> cand (ms) | time |",
-            "| --- | ---: | --- | --- | --- | --- | --- |",
+            "| time base -> cand (ms) | time | note |",
+            "| --- | ---: | --- | --- | --- | --- | --- | --- |",
         ]
         for v in self.verdicts:
+            # The note is what a `changed` or `worse` rests on (the size and direction of the
+            # change, both states, the kernel config): without it a `changed` row between equal
+            # errors says nothing.
             lines.append(
                 f"| {v.case} | {'' if v.m is None else v.m} | {v.verdict.value} "
                 f"| {_fmt_err(v.baseline, 'rel')} -> {_fmt_err(v.candidate, 'rel')} "
                 f"| {_fmt_err(v.baseline, 'worst')} -> {_fmt_err(v.candidate, 'worst')} "
                 f"| {_fmt_ms(v.baseline)} -> {_fmt_ms(v.candidate)} "
-                f"| {v.time.value}{_fmt_ratio(v)} |"
+                f"| {v.time.value}{_fmt_ratio(v)} | {v.note.replace('|', '/')} |"
             )
         for w in self.warnings:
             lines.append(f"\n> {w}")
