@@ -68,6 +68,12 @@ class Run:
         self.version = str(humming_version(self.record))
         self.gpu = gpu_label(self.record)
         self.cases = {str(c["name"]): c for c in self.record["cases"]}
+        # Every timing queued behind the GPU spin (a graph replay or an eager launch alike), so
+        # that it measured the stream rather than the host's launch path.
+        times = [
+            b["time"] for c in self.cases.values() for b in c.get("batches") or [] if b.get("time")
+        ]
+        self.queued = bool(times) and all("queued_ahead" in t for t in times)
 
 
 def _generation_order(name: str) -> int:
@@ -289,13 +295,6 @@ def _call_order(key: tuple[str, str]) -> tuple[int, int]:
     return _generation_order(key[0]), int(number.group()) if number else 0
 
 
-def _queued(run: Run) -> bool:
-    """Whether every timing of the run was queued behind the GPU spin (a graph replay or an
-    eager launch alike), so that it measured the stream rather than the host's launch path."""
-    times = [b["time"] for c in run.cases.values() for b in c.get("batches") or [] if b.get("time")]
-    return bool(times) and all("queued_ahead" in t for t in times)
-
-
 def _timed_in_one_call(
     previous: str, version: str, names: set[str], calls: Calls, generations: set[str]
 ) -> dict[tuple[str, int | None], tuple[CaseVerdict, str]]:
@@ -313,7 +312,7 @@ def _timed_in_one_call(
         both = {
             key
             for key in runs[0].keys() & runs[1].keys()
-            if key[0] in generations or all(_queued(r) for side in runs for r in side[key])
+            if key[0] in generations or all(r.queued for side in runs for r in side[key])
         }
         if both:
             shared[max(both, key=_call_order)].add(name)

@@ -82,11 +82,14 @@ class CaseState(str, Enum):
         return self in (CaseState.OK, CaseState.FAIL, CaseState.NONDETERMINISTIC)
 
 
+# Out of tolerance outranks not bit-identical on relaunch: a case, a run or a judged side with
+# both is `fail` (wrong numbers are the worse news; ranked the other way, a failing run pooled
+# with a nondeterministic one hid the failure, and 0.1.19 -> 0.1.20's MXFP4 MoE read `same`).
 _SEVERITY = {
     CaseState.OK: 0,
     CaseState.UNSUPPORTED: 1,
-    CaseState.FAIL: 2,
-    CaseState.NONDETERMINISTIC: 3,
+    CaseState.NONDETERMINISTIC: 2,
+    CaseState.FAIL: 3,
     CaseState.NONFINITE: 4,
     CaseState.ERROR: 5,
     CaseState.CRASH: 6,

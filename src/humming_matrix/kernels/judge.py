@@ -124,9 +124,6 @@ class Side:
     gpus: frozenset[str] = frozenset()  # the GPU model of each run that timed it
     runs: int = 1  # the runs pooled here
     broken: tuple[CaseState, ...] = ()  # the state of each of them that gave no usable numbers
-    # Any run out of tolerance here. `state` ranks `nondeterministic` above `fail`, so a side
-    # pooled from a failing run and a nondeterministic one shows the latter.
-    out_of_tolerance: bool = False
     # Of them, those whose case hung beside other workers and went through rerun alone
     # (`first_attempt` in the record): their numbers are the rerun's.
     hung_beside_others: int = 0
@@ -415,7 +412,6 @@ def _pool(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int | None], 
             gpus=frozenset(slot.get("gpus", ())),
             runs=len(slot["states"]),
             broken=tuple(st for st in slot["states"] if not st.produced_numbers),
-            out_of_tolerance=CaseState.FAIL in slot["states"],
             hung_beside_others=slot["beside"],
         )
     return pooled
@@ -626,11 +622,11 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         verdict = Verdict.WORSE
         note = (
             "out of tolerance; the baseline was within it"
-            if c.out_of_tolerance
+            if c.state is CaseState.FAIL
             else f"{c.state.value}; the baseline was not"
         )
     elif b.state is not CaseState.OK and c.state is CaseState.OK:
-        verdict, note = Verdict.FIXED, f"{_label(b)} before, within tolerance now"
+        verdict, note = Verdict.FIXED, f"{b.state.value} before, within tolerance now"
     elif b.state is not CaseState.OK:
         # Neither side within tolerance and bit-identical: the numbers judge, and the note says
         # both states, since a table of verdicts shows none and `improved` reads as a repair.
@@ -639,7 +635,7 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         # between runs (0.1.14 -> 0.1.15's FP8-channel down_proj at 1 token), and without it
         # 0.1.19 -> 0.1.20's MXFP4 MoE with FP8 activations, out of tolerance before and within
         # it but not bit-identical now, showed in no table.
-        before, now = _label(b), _label(c)
+        before, now = b.state.value, c.state.value
         if before != now and verdict is Verdict.SAME:
             verdict = Verdict.CHANGED
         if verdict in (Verdict.IMPROVED, Verdict.WORSE) or before != now:
@@ -650,10 +646,6 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         note = f"{note}; {change}" if note else change
     tv, ratio, tnoise = _time_verdict(b, c)
     return CaseVerdict(name, m, verdict, tv, b, c, delta, noise, ratio, tnoise, note=note)
-
-
-def _label(side: Side) -> str:
-    return CaseState.FAIL.value if side.out_of_tolerance else side.state.value
 
 
 def _with_reruns(v: CaseVerdict) -> CaseVerdict:
