@@ -22,7 +22,10 @@ case are superseded. Every batch is re-judged by the product's kernel judge. Tab
    or timed behind the GPU spin (named), else none (the records of one side may come from
    another generation than the other's: where their inputs differ the verdict says
    `incomparable`);
-4. tables 2 and 3 again per release, a case an item: what a reviewer of one bump reads.
+4. tables 2 and 3 again per release, a case an item: what a reviewer of one bump reads;
+5. per release, every case out of tolerance or broken at a batch size in a superseded
+   generation's runs on the same weights and inputs, where the newest evidence at that size is
+   not: a fault that does not fire every run (a race, a layer near the bound) stays on record.
 """
 
 from __future__ import annotations
@@ -81,7 +84,10 @@ def _generation_order(name: str) -> int:
     return int(found.group(1)) if found else -1
 
 
-def evidence(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
+Evidence = dict[tuple[str, str], list[Run]]
+
+
+def evidence(runs: list[Run]) -> Evidence:
     """Per (release, case): the runs of the newest generation that ran it."""
     chosen: dict[tuple[str, str], list[Run]] = {}
     for run in sorted(runs, key=lambda r: _generation_order(r.generation)):
@@ -92,6 +98,17 @@ def evidence(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
                 current = None
             chosen[key] = [*(current or []), run]
     return chosen
+
+
+def superseded(runs: list[Run], chosen: Evidence) -> Evidence:
+    """Per (release, case): the runs of generations older than its evidence's."""
+    older: Evidence = defaultdict(list)
+    for run in runs:
+        for name in run.cases:
+            key = (run.version, name)
+            if run.generation != chosen[key][0].generation:
+                older[key].append(run)
+    return older
 
 
 def _fmt(units: float) -> str:
@@ -244,6 +261,108 @@ def _problem_table(
                     f"| {version} | {case.name} | {state}{held} | {batches} | {detail} | "
                     f"{chosen[(version, case.name)][0].generation} |"
                 )
+    return [*out, ""]
+
+
+def _bad(batch: Mapping[str, Any]) -> CaseState | None:
+    state = assess_batch(batch)
+    return state if state is CaseState.FAIL or state in BROKEN else None
+
+
+def _comparable(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The same weights and inputs, judged under the same bound: gen3's FP8 cases had no
+    allowance for the activations' rounding ties, and its fails there are the rule's."""
+    return bool(old.get("input_sha256")) and all(
+        old.get(key) == new.get(key) for key in ("weights_sha256", "input_sha256", "bound")
+    )
+
+
+def _other_bytes(old: Mapping[str, Any], newest: list[Mapping[str, Any]]) -> bool:
+    """Did a draw give output bytes no newest run gave on it? The same bytes on the same
+    inputs judged otherwise would be the record's stored error, not the kernel."""
+    return any(
+        digest not in {b["output_sha256"][i] for b in newest if i < len(b["output_sha256"])}
+        for i, digest in enumerate(old.get("output_sha256") or [])
+    )
+
+
+def older_only(chosen: Evidence, older: Evidence) -> Problems:
+    """(state, generations, batch sizes, detail) per (release, case) out of tolerance or broken
+    in a superseded run at a batch size its evidence ran on the same weights and inputs and
+    found neither."""
+    found: Problems = {}
+    for key, old_runs in older.items():
+        newest: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+        for run in chosen[key]:
+            case = run.cases[key[1]]
+            for batch in case.get("batches") or []:
+                newest[int(batch["m"])].append(
+                    {**batch, "weights_sha256": case.get("weights_sha256")}
+                )
+        states: list[CaseState] = []
+        gens: set[str] = set()
+        sizes: set[int] = set()
+        units: list[float] = []
+        reasons: list[str] = []
+        for run in old_runs:
+            case = run.cases[key[1]]
+            for batch in case.get("batches") or []:
+                m = int(batch["m"])
+                state = _bad(batch)
+                there = newest.get(m, [])
+                old = {**batch, "weights_sha256": case.get("weights_sha256")}
+                if (
+                    state is None
+                    or not there
+                    or not all(_comparable(old, b) for b in there)
+                    or any(_bad(b) for b in there)
+                    or not _other_bytes(batch, there)
+                ):
+                    continue
+                states.append(state)
+                gens.add(run.generation)
+                sizes.add(m)
+                value = worst_units(batch)
+                if state is CaseState.FAIL and value is not None:
+                    units.append(value)
+                else:
+                    reasons.append(str(batch.get("error") or state.value))
+        if states:
+            worst = max(states, key=lambda s: s.severity)
+            detail = [f"{_fmt(min(units))} - {_fmt(max(units))}u"] if units else []
+            detail += sorted(set(reasons))[:2]
+            found[key] = (
+                worst.value,
+                ", ".join(sorted(gens, key=_generation_order, reverse=True)),
+                ", ".join(map(str, sorted(sizes))),
+                "; ".join(detail)[:160],
+            )
+    return found
+
+
+def _older_table(versions: list[str], chosen: Evidence, older: Problems) -> list[str]:
+    out = [
+        "## 5. Out of tolerance or broken only in superseded evidence",
+        "",
+        "A case and batch size out of tolerance or broken in a superseded generation's runs, "
+        "on the same weights and inputs, under the same bound and with other output bytes, and "
+        "in none of its newest evidence's runs at that size (table 2 reads only those): a fault "
+        "that does not fire every run, or a layer near the bound. The state is the worst over "
+        "those runs; `was` names their generations, `now` the newest.",
+        "",
+        "| humming | case | state | batches | detail | was | now |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for version in versions:
+        for case in SUITE:
+            if (version, case.name) in older:
+                state, gens, batches, detail = older[(version, case.name)]
+                out.append(
+                    f"| {version} | {case.name} | {state} | {batches} | {detail} | {gens} | "
+                    f"{chosen[(version, case.name)][0].generation} |"
+                )
+    if len(out) == 6:
+        out.append("| - | none | | | | | |")
     return [*out, ""]
 
 
@@ -400,15 +519,17 @@ def _batches(ms: list[int | None]) -> str:
     return ", ".join("all" if m is None else str(m) for m in ms)
 
 
-def _per_release(versions: list[str], problems: Problems, changes: list[Change]) -> list[str]:
-    """Tables 2 and 3 again, release by release, a case a line item: what a reviewer of one
+def _per_release(
+    versions: list[str], problems: Problems, changes: list[Change], older: Problems
+) -> list[str]:
+    """Tables 2, 3 and 5 again, release by release, a case a line item: what a reviewer of one
     bump reads."""
     out = [
         "## 4. Per release",
         "",
         "Tables 2 and 3 by release: every case out of tolerance or broken (state, batch sizes), "
         "then against the previous release every case per verdict and every `slower`/`faster` "
-        "one (batch sizes, ratios).",
+        "one (batch sizes, ratios); last, where there are any, table 5's cases.",
         "",
     ]
     for version in versions:
@@ -442,6 +563,17 @@ def _per_release(versions: list[str], problems: Problems, changes: list[Change])
                 if timed:
                     listed = "; ".join(f"`{n}` ({', '.join(r)})" for n, r in timed.items())
                     out.append(f"- {time.value} than {previous} ({len(timed)}): {listed}")
+        earlier = [
+            f"`{case.name}` {state} ({batches}, {gens})"
+            for case in SUITE
+            if (version, case.name) in older
+            for state, gens, batches, _ in [older[(version, case.name)]]
+        ]
+        if earlier:
+            out.append(
+                f"- out of tolerance or broken only in superseded runs ({len(earlier)}): "
+                + "; ".join(earlier)
+            )
         out.append("")
     return out
 
@@ -457,6 +589,7 @@ def main(argv: list[str]) -> int:
     versions = sorted({r.version for r in runs}, key=Version)
     changes = _changes(versions, chosen, by_call(runs))
     problems = problems_of(chosen)
+    older = older_only(chosen, superseded(runs, chosen))
     out = [
         f"# Kernel tier: every release's newest evidence under {root.name}/",
         "",
@@ -467,7 +600,8 @@ def main(argv: list[str]) -> int:
         *_coverage(versions, chosen, problems),
         *_problem_table(versions, chosen, problems),
         *_change_table(changes),
-        *_per_release(versions, problems, changes),
+        *_per_release(versions, problems, changes, older),
+        *_older_table(versions, chosen, older),
     ]
     print("\n".join(out).rstrip("\n"))
     return 0
