@@ -172,7 +172,7 @@ def _aa(runs: list[Run]) -> bool:
     return max(calls.values()) >= 2
 
 
-def _spans(indices: list[int]) -> str:
+def spans(indices: list[int]) -> str:
     """`[1, 2, 3, 7, 9, 10]` as `1-3, 7, 9-10`; `-` for none."""
     spans: list[list[int]] = []
     for i in indices:
@@ -236,7 +236,7 @@ def _coverage(
         out.append(
             f"| {version} | {len(have)} | {len(paired)} | "
             f"{where} | {', '.join(sorted(gpus))} | {counts[CaseState.FAIL.value]} | {nondet} | "
-            f"{counts['cannot build']} | {broken} | {_spans(missing)} | {_spans(single)} |"
+            f"{counts['cannot build']} | {broken} | {spans(missing)} | {spans(single)} |"
         )
     return [*out, ""]
 

@@ -1,0 +1,46 @@
+"""tools/h200-kernels/pending.py: the `sweep.sh` tags that complete a generation, from its
+records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from humming_matrix.kernels.models import SUITE
+from tests.unit.test_h200_kernels_releases import RESULTS, _record
+from tests.unit.test_h200_kernels_table import REPO, generated
+
+
+def test_the_committed_seventh_generation_lacks_what_the_last_calls_left() -> None:
+    # Gen7 call 8 cut 0.1.12 at cases 1 - 28 and 34 (eight workers finish out of order) and
+    # 0.1.13 at 1 - 26; 0.1.14 - 0.1.20 are whole; 0.1.0 - 0.1.11 not begun.
+    assert generated(RESULTS / "gen7", "pending.py") == (
+        "0.1.13@27-84 0.1.12@29-33,35-84 0.1.11 0.1.10 0.1.9 0.1.8 0.1.7 0.1.6 0.1.5 0.1.4"
+        " 0.1.3 0.1.2 0.1.1 0.1.0\n"
+    )
+
+
+def test_releases_given_are_taken_newest_first(tmp_path: Path) -> None:
+    record = _record("0.1.20", "a")
+    # The record holds 8 cases of the suite, its MXFP4 ones at the end: places 77 - 84.
+    held = {c["name"] for c in record["cases"]}
+    assert [i for i, c in enumerate(SUITE, 1) if c.name in held] == list(range(77, 85))
+    gen = tmp_path / "gen9"
+    (gen / "call1").mkdir(parents=True)
+    (gen / "call1" / "kernels__suite__a.json").write_text(json.dumps(record))
+    script = REPO / "tools" / "h200-kernels" / "pending.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(gen), "0.1.9", "0.1.20", "0.1.10"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert done.stdout == "0.1.20@1-76 0.1.10 0.1.9\n"
+    # A release with every case is done: nothing for it.
+    (gen / "call1" / "kernels__suite__a.json").unlink()
+    whole = {**record, "cases": [{**record["cases"][0], "name": c.name} for c in SUITE]}
+    (gen / "call1" / "kernels__suite__b.json").write_text(json.dumps(whole))
+    assert generated(gen, "pending.py") == "\n"

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""What a generation still lacks, as the tags `sweep.sh` takes: per release, the cases of the
+current suite that no record under GEN holds, newest release first.
+
+    python tools/h200-kernels/pending.py results/h200/gen7 [VERSION ...]
+
+prints e.g. `0.1.13@27-84 0.1.12@29-33,35-84 0.1.11 0.1.10`: a release GEN has not run at all is
+its bare version (the whole suite), one it ran in part `VERSION@SPANS` (1-based, suite order),
+one it ran whole nothing. The releases are those given, else every release with records
+anywhere beside GEN (its parent folder). A cut run's cases are not a prefix (eight workers
+finish them out of order: gen7 call 8 left 0.1.12 with cases 1 - 28 and 34), so the spans come
+from the records, not from where the last call stopped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from packaging.version import Version
+from releases import spans  # this folder's index
+
+from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.record import humming_version, load_kernel_record
+
+
+def _cases_by_release(folder: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.rglob("kernels__*.json")):
+        record = load_kernel_record(path)
+        cases = found.setdefault(str(humming_version(record)), set())
+        cases.update(str(c["name"]) for c in record["cases"])
+    return found
+
+
+def pending(generation: Path, versions: list[str]) -> list[str]:
+    """The `sweep.sh` tags that would complete `generation` for `versions`, newest first."""
+    ran = _cases_by_release(generation)
+    tags = []
+    for version in sorted(versions, key=Version, reverse=True):
+        have = ran.get(version, set())
+        missing = [i for i, case in enumerate(SUITE, 1) if case.name not in have]
+        if len(missing) == len(SUITE):
+            tags.append(version)
+        elif missing:
+            tags.append(f"{version}@{spans(missing).replace(' ', '')}")
+    return tags
+
+
+def main(argv: list[str]) -> int:
+    generation = Path(argv[0])
+    versions = argv[1:] or sorted(_cases_by_release(generation.parent))
+    print(" ".join(pending(generation, versions)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
