@@ -24,8 +24,9 @@ case are superseded. Every batch is re-judged by the product's kernel judge. Tab
    `incomparable`);
 4. tables 2 and 3 again per release, a case an item: what a reviewer of one bump reads;
 5. per release, every case out of tolerance or broken at a batch size in a superseded
-   generation's runs on the same weights and inputs, where the newest evidence at that size is
-   not: a fault that does not fire every run (a race, a layer near the bound) stays on record.
+   generation's runs (the same weights, inputs and bound; other output bytes), where the newest
+   evidence at that size is not: a fault that does not fire every run (a race, a layer near
+   the bound) stays on record.
 """
 
 from __future__ import annotations
