@@ -35,7 +35,7 @@ import math
 import re
 import sys
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ Evidence = dict[tuple[str, str], list[Run]]
 
 def evidence(runs: list[Run]) -> Evidence:
     """Per (release, case): the runs of the newest generation that ran it."""
-    chosen: dict[tuple[str, str], list[Run]] = {}
+    chosen: Evidence = {}
     for run in sorted(runs, key=lambda r: _generation_order(r.generation)):
         for name in run.cases:
             key = (run.version, name)
@@ -187,14 +187,12 @@ def spans(indices: list[int]) -> str:
 Problems = dict[tuple[str, str], tuple[str, str, str, str]]
 
 
-def problems_of(chosen: dict[tuple[str, str], list[Run]]) -> Problems:
+def problems_of(chosen: Evidence) -> Problems:
     """`_problems` of every (release, case) with evidence, once: tables 1, 2 and 4 read it."""
     return {key: found for key, runs in chosen.items() if (found := _problems(key[1], runs))}
 
 
-def _coverage(
-    versions: list[str], chosen: dict[tuple[str, str], list[Run]], problems: Problems
-) -> list[str]:
+def _coverage(versions: list[str], chosen: Evidence, problems: Problems) -> list[str]:
     suite = [c.name for c in SUITE]
     out = [
         "## 1. Coverage",
@@ -242,9 +240,17 @@ def _coverage(
     return [*out, ""]
 
 
-def _problem_table(
-    versions: list[str], chosen: dict[tuple[str, str], list[Run]], problems: Problems
-) -> list[str]:
+def _in_suite_order(
+    versions: list[str], found: Problems
+) -> Iterator[tuple[str, str, tuple[str, str, str, str]]]:
+    """(release, case, its entry) of every case `found` holds, by release, then suite order."""
+    for version in versions:
+        for case in SUITE:
+            if (version, case.name) in found:
+                yield version, case.name, found[(version, case.name)]
+
+
+def _problem_table(versions: list[str], chosen: Evidence, problems: Problems) -> list[str]:
     out = [
         "## 2. Out of tolerance or broken, per release",
         "",
@@ -254,14 +260,11 @@ def _problem_table(
         "| humming | case | state | batches | detail | from |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for version in versions:
-        for case in SUITE:
-            if (version, case.name) in problems:
-                state, held, batches, detail = problems[(version, case.name)]
-                out.append(
-                    f"| {version} | {case.name} | {state}{held} | {batches} | {detail} | "
-                    f"{chosen[(version, case.name)][0].generation} |"
-                )
+    for version, name, (state, held, batches, detail) in _in_suite_order(versions, problems):
+        out.append(
+            f"| {version} | {name} | {state}{held} | {batches} | {detail} | "
+            f"{chosen[(version, name)][0].generation} |"
+        )
     return [*out, ""]
 
 
@@ -354,17 +357,12 @@ def _older_table(versions: list[str], chosen: Evidence, older: Problems) -> list
         "| humming | case | state | batches | detail | was | now |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for version in versions:
-        for case in SUITE:
-            if (version, case.name) in older:
-                state, gens, batches, detail = older[(version, case.name)]
-                out.append(
-                    f"| {version} | {case.name} | {state} | {batches} | {detail} | {gens} | "
-                    f"{chosen[(version, case.name)][0].generation} |"
-                )
-    if len(out) == 6:
-        out.append("| - | none | | | | | |")
-    return [*out, ""]
+    rows = [
+        f"| {version} | {name} | {state} | {batches} | {detail} | {gens} | "
+        f"{chosen[(version, name)][0].generation} |"
+        for version, name, (state, gens, batches, detail) in _in_suite_order(versions, older)
+    ]
+    return [*out, *(rows or ["| - | none | | | | | |"]), ""]
 
 
 def _only(runs: list[Run], names: set[str]) -> list[Record]:
@@ -398,7 +396,7 @@ class Change:
         )
 
 
-Calls = dict[tuple[str, str], dict[tuple[str, str], list[Run]]]
+Calls = dict[tuple[str, str], Evidence]
 
 
 def by_call(runs: list[Run]) -> Calls:
@@ -446,9 +444,7 @@ def _timed_in_one_call(
     return out
 
 
-def _changes(
-    versions: list[str], chosen: dict[tuple[str, str], list[Run]], calls: Calls
-) -> list[Change]:
+def _changes(versions: list[str], chosen: Evidence, calls: Calls) -> list[Change]:
     # One comparison per pair of evidence sets: the cases of a release mostly share them.
     groups: dict[tuple[str, str, tuple[int, ...], tuple[int, ...]], set[str]] = defaultdict(set)
     sides: dict[tuple[int, ...], list[Run]] = {}
@@ -535,10 +531,8 @@ def _per_release(
     ]
     for version in versions:
         listed_problems = [
-            f"`{case.name}` {state}{held}" + (f" ({batches})" if batches else "")
-            for case in SUITE
-            if (version, case.name) in problems
-            for state, held, batches, _ in [problems[(version, case.name)]]
+            f"`{name}` {state}{held}" + (f" ({batches})" if batches else "")
+            for _, name, (state, held, batches, _) in _in_suite_order([version], problems)
         ]
         mine = [c for c in changes if c.version == version]
         out += [f"### {version}", ""]
@@ -565,10 +559,8 @@ def _per_release(
                     listed = "; ".join(f"`{n}` ({', '.join(r)})" for n, r in timed.items())
                     out.append(f"- {time.value} than {previous} ({len(timed)}): {listed}")
         earlier = [
-            f"`{case.name}` {state} ({batches}, {gens})"
-            for case in SUITE
-            if (version, case.name) in older
-            for state, gens, batches, _ in [older[(version, case.name)]]
+            f"`{name}` {state} ({batches}, {gens})"
+            for _, name, (state, gens, batches, _) in _in_suite_order([version], older)
         ]
         if earlier:
             out.append(
