@@ -14,11 +14,11 @@ from tests.unit.test_h200_kernels_table import REPO, generated
 
 
 def test_the_committed_seventh_generation_lacks_what_the_last_calls_left() -> None:
-    # Gen7 call 8 cut 0.1.12 at cases 1 - 28 and 34 (eight workers finish out of order) and
-    # 0.1.13 at 1 - 26; 0.1.14 - 0.1.20 are whole; 0.1.0 - 0.1.11 not begun.
+    # Gen7 call 11 cut 0.1.11 after cases 1 - 80 and 0.1.10 after 1 - 79, whose case 17 (the
+    # AWQ q/k/v) hung in call 10 and was never rerun alone; 0.1.12 - 0.1.20 are whole; 0.1.0 -
+    # 0.1.9 not begun.
     assert generated(RESULTS / "gen7", "pending.py") == (
-        "0.1.13@27-84 0.1.12@29-33,35-84 0.1.11 0.1.10 0.1.9 0.1.8 0.1.7 0.1.6 0.1.5 0.1.4"
-        " 0.1.3 0.1.2 0.1.1 0.1.0\n"
+        "0.1.11@81-84 0.1.10@17,80-84 0.1.9 0.1.8 0.1.7 0.1.6 0.1.5 0.1.4 0.1.3 0.1.2 0.1.1 0.1.0\n"
     )
 
 
@@ -43,4 +43,21 @@ def test_releases_given_are_taken_newest_first(tmp_path: Path) -> None:
     (gen / "call1" / "kernels__suite__a.json").unlink()
     whole = {**record, "cases": [{**record["cases"][0], "name": c.name} for c in SUITE]}
     (gen / "call1" / "kernels__suite__b.json").write_text(json.dumps(whole))
+    assert generated(gen, "pending.py") == "\n"
+
+
+def test_a_hang_never_rerun_alone_is_still_to_run(tmp_path: Path) -> None:
+    record = _record("0.1.20", "a")
+    first = record["cases"][0]
+    hung = {"name": first["name"], "state": "hang", "reason": "no progress", "batches": []}
+    gen = tmp_path / "gen9"
+    (gen / "call1").mkdir(parents=True)
+    whole = {**record, "cases": [{**first, "name": c.name} for c in SUITE]}
+    # Case 77 hung and the deadline came before the watchdog's rerun alone.
+    whole["cases"][76] = hung
+    (gen / "call1" / "kernels__suite__a.json").write_text(json.dumps(whole))
+    assert generated(gen, "pending.py") == "0.1.20@77\n"
+    # Rerun alone (and hung again there): a verdict, nothing left.
+    whole["cases"][76] = {**hung, "first_attempt": hung}
+    (gen / "call1" / "kernels__suite__a.json").write_text(json.dumps(whole))
     assert generated(gen, "pending.py") == "\n"

@@ -242,6 +242,38 @@ def test_sigterm_saves_the_finished_cases_and_leaves_no_worker(
     assert not _running(child)
 
 
+def test_sigterm_during_the_gpu_check_saves_an_empty_record_and_leaves_no_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The check runs in a child before any case (it imports torch); a deadline's SIGTERM there
+    # killed gen7 call 11's CLI silently, with no record and no message.
+    pid_file = tmp_path / "check.pid"
+
+    def slow_gpu_check() -> str | None:
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                "time.sleep(60)",
+                str(pid_file),
+            ],
+            check=False,
+        )
+        return None
+
+    monkeypatch.setenv("KERNEL_WORKER_DOUBLE", json.dumps({}))
+    args = build_parser().parse_args(_args(tmp_path))
+    with _sigterm_once(lambda: pid_file.exists()), pytest.raises(InfrastructureError) as info:
+        handle(args, gpu_check=slow_gpu_check, worker=WORKER)
+    assert info.value.exit_code == 3
+    (path,) = record_paths(tmp_path / "store", RecordKind.KERNELS)
+    assert str(info.value) == f"interrupted after 0 of 4 cases; partial record {path}"
+    record = json.loads(path.read_text())
+    assert (record["complete"], record["cases"]) == (False, [])
+    assert not _running(int(pid_file.read_text()))
+
+
 def test_sigterm_while_a_hung_case_reruns_alone_says_so_and_keeps_the_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

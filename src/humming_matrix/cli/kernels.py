@@ -225,9 +225,6 @@ def handle(
         raise UsageError(
             "--repeats, --draws and --jobs must be >= 1, --timeout and --gpu-timeout > 0"
         )
-    problem = gpu_check()
-    if problem is not None:
-        raise NoGPUError(f"kernels needs a CUDA GPU: {problem}")
     watchdog = Watchdog(
         timeout_s=args.timeout, worker=worker, jobs=args.jobs, gpu_timeout_s=args.gpu_timeout
     )
@@ -253,8 +250,13 @@ def handle(
         "gpu_lock": str(args.gpu_lock) if args.gpu_lock else None,
     }
     complete = True
+    # From before the GPU check (its child imports torch: seconds, more on a loaded machine): a
+    # SIGTERM there once killed the CLI with no record and no message (gen7 call 11's 0.1.11).
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
+        problem = gpu_check()
+        if problem is not None:
+            raise NoGPUError(f"kernels needs a CUDA GPU: {problem}")
         if args.workdir is not None:
             run = watchdog.run(plan, args.workdir)
         else:
