@@ -97,8 +97,8 @@ def test_the_committed_index_is_the_generated_one() -> None:
         "| 0.1.10 | qkv-awq-int4-bf16-5120x2048 | hang |  | no progress for 30 s in its GPU turn"
         " (gpu_timing); worker process group killed, next case runs in a fresh process | gen7 |"
     ) in problems
-    # 4096 tokens, a size only the full sweep runs: 0.1.12's prefill corruption reaches six more
-    # dense layers (here the AWQ q/k/v that gen6 saw fail at 2048; this run was within tolerance
+    # 4096 tokens, a size only the full sweep runs: 0.1.12's prefill corruption reaches 16 dense
+    # layers (here the AWQ q/k/v that gen6 saw fail at 2048; this run was within tolerance
     # there, but not bit-identical on relaunch), and 0.1.13 fixes it.
     assert (
         "| 0.1.12 | qkv-awq-int4-bf16-5120x2048 | fail | 4096 | 1.51e+03 - 1.51e+03u | gen7 |"
