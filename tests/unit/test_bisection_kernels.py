@@ -3,6 +3,7 @@ judge. A session double writes kernel records as `humming-matrix kernels` does (
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,16 +12,19 @@ import pytest
 from packaging.version import Version
 
 from humming_matrix.bisect.driver import BisectLog, Driver, Plan
-from humming_matrix.bisect.paired_judge import Judgement, KernelJudge
+from humming_matrix.bisect.paired_judge import Judgement, KernelJudge, _kernel_line
 from humming_matrix.bisect.report import evidence_lines
 from humming_matrix.bisect.search import Conclusion, Verdict
 from humming_matrix.bisect.version_runner import KERNELS_RECORD, Prober, ProbeStatus, Suite, Tier
+from humming_matrix.kernels.judge import compare_kernel_records
 from humming_matrix.kernels.record import build_record, write_record
 from humming_matrix.kernels.watchdog import SuiteRun
 from humming_matrix.matrix.cells import Matrix, load_matrix
 from humming_matrix.store.kernels import Settings
 from humming_matrix.store.results import new_run_id, utc_now_iso
 from tests.unit.test_bisection_driver import TEST_MATRIX, VERSIONS
+from tests.unit.test_kernels_judge import _batch as _judge_batch
+from tests.unit.test_kernels_judge import _record as _judge_record
 
 
 def _batch(m: int, nan: int = 0) -> dict[str, Any]:
@@ -228,6 +232,63 @@ def test_real_records_give_a_baseline_and_find_0_1_13s_o_proj_regression() -> No
         Verdict.GOOD,
         "kernels: no regression in 336 case/batch results",
     )
+
+
+GEN7 = GEN6.parent / "gen7"
+
+
+def _fp8_block_moe_down(version: str, tmp_path: Path) -> dict[str, Path]:
+    """Gen7 call 9's record of a release cut to Qwen's FP8-block FP8 MoE down GEMM (its two
+    cases: checkpoint-like and wide scales), real numbers, as a probe's records."""
+    (path,) = (GEN7 / "call9").glob(f"kernels__suite__{version}__*.json")
+    record = json.loads(path.read_text())
+    record["cases"] = [
+        c for c in record["cases"] if c["name"].startswith("moe-down-fp8-block-fp8-e4m3")
+    ]
+    out = tmp_path / f"{version}.json"
+    out.write_text(json.dumps(record))
+    return {KERNELS_RECORD: out}
+
+
+def test_a_slowdown_of_one_run_a_side_is_named_but_not_counted(tmp_path: Path) -> None:
+    # 0.1.13 runs this GEMM 1.37 - 1.87x slower than 0.1.12 from 1024 tokens on, with the same
+    # output bytes (one run each, side by side in one call). A probe is one run: asked to count
+    # slowdowns, the judge says why these do not count instead of passing silently.
+    base, cand = _fp8_block_moe_down("0.1.12", tmp_path), _fp8_block_moe_down("0.1.13", tmp_path)
+    plain = KernelJudge()(base, cand)
+    assert (plain.verdict, plain.summary) == (
+        Verdict.GOOD,
+        "kernels: no regression in 26 case/batch results",
+    )
+    asked = KernelJudge(fail_on_slowdown=True)(base, cand)
+    assert (asked.verdict, asked.summary) == (
+        Verdict.GOOD,
+        "kernels: no regression in 26 case/batch results; 6 slower with one run a side, not "
+        "counted (a slowdown counts only beyond the spread of two or more runs a side), the most "
+        "moe-down-fp8-block-fp8-e4m3-2048x768-e128k8-wide-scales m=2048 same (rel. error +0), "
+        "slower 1.87x",
+    )
+    assert evidence_lines(asked.evidence) == [
+        "kernels: no regression (['0.1.12'] -> ['0.1.13']): no case worse"
+    ]
+
+
+def test_a_counted_slowdown_says_slower_not_same() -> None:
+    # Two runs a side: the between-run spread is measured, so a slowdown counts; its numbers
+    # are the same, and the lines say what made it bad.
+    def rec(version: str, run: str, ms: float) -> dict[str, Any]:
+        return _judge_record(version, {"a": [_judge_batch(time_ms=ms, mad_ms=0.01)]}, run)
+
+    comparison = compare_kernel_records(
+        [rec("0.1.5", "b1", 1.0), rec("0.1.5", "b2", 1.01)],
+        [rec("0.1.6", "c1", 1.2), rec("0.1.6", "c2", 1.21)],
+        fail_on_slowdown=True,
+    )
+    (v,) = comparison.regressions
+    assert _kernel_line(v) == "a m=64 same (rel. error +0), slower 1.20x"
+    assert evidence_lines({"kernels": comparison.to_json()}) == [
+        "kernels: regression (['0.1.5'] -> ['0.1.6']): a m=64 same, slower 1.20x"
+    ]
 
 
 def test_a_baseline_that_gave_no_numbers_cannot_be_compared_with(tmp_path: Path) -> None:

@@ -188,7 +188,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--fail-on-slowdown",
         action="store_true",
-        help="kernel tier: a slower kernel counts as bad too",
+        help="kernel tier: a slower kernel counts as bad too, once two or more runs a side "
+        "measure the spread; a probe is one run, so its slowdowns are named in the version's "
+        "line, not counted",
     )
     p.add_argument(
         "--changes-url",
