@@ -200,6 +200,86 @@ def test_bisect_counts_worse_as_bad_and_changed_as_good(tmp_path: Path, matrix: 
     assert changed == ["changed"] * 4
 
 
+class SlowedSessionDouble(KernelSessionDouble):
+    """TEST DOUBLE: from `slower_from` on, case `moe` at m=64 takes 1.5 ms where it took 1.0,
+    with the same output bytes. Every relaunch bit-identical."""
+
+    def __call__(
+        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
+    ) -> int:
+        self.calls.append(session)
+        version = Version(session.removeprefix("kernels-"))
+
+        def batch(m: int, slow: bool = False) -> dict[str, Any]:
+            b = dict(_batch(m), sha256=f"same-{m}", deterministic=[True] * 3)
+            if slow:
+                b["time"] = {"median_ms": 1.5, "mad_ms": 0.015, "min_ms": 1.5, "repeats": 10}
+            return b
+
+        run = SuiteRun(
+            results=(
+                {"case": {"name": "dense"}, "batches": [batch(16), batch(64)]},
+                {
+                    "case": {"name": "moe"},
+                    "batches": [batch(16), batch(64, version >= self.broken_from)],
+                },
+            )
+        )
+        record = build_record(
+            run,
+            Settings((16, 64), 10, 3, 0, 60.0),
+            {"humming_kernels": str(version), "session": session, "gpu": None},
+            new_run_id(),
+            utc_now_iso(),
+        )
+        write_record(Path(posargs[posargs.index("--results") + 1]), record)
+        log.write_text(f"nox > Session {session} was successful.\n")
+        return 0
+
+
+def test_fail_on_slowdown_runs_each_version_twice_and_finds_the_first_slower(
+    tmp_path: Path, matrix: Matrix
+) -> None:
+    def bisect(runs: int, session: SlowedSessionDouble, log: str) -> Any:
+        plan = Plan("0.1.2", "0.1.8", VERSIONS, {}, None, None, True, Tier.KERNELS)
+        suite = Suite((), (), tmp_path / "store", None, Tier.KERNELS, kernel_runs=runs)
+        prober = Prober(suite, session, log_dir=tmp_path / "logs", base_env={})
+        judge = KernelJudge(fail_on_slowdown=runs > 1)
+        with BisectLog(tmp_path / log, plan) as bisect_log:
+            return Driver(
+                plan, matrix, prober, judge, judge.alone, bisect_log, say=lambda line: None
+            ).run()
+
+    # One run a version (no --fail-on-slowdown): same bytes, so no regression.
+    once = SlowedSessionDouble("0.1.6")
+    plain = bisect(1, once, "a.jsonl")
+    assert plain.outcome.conclusion is Conclusion.NO_REGRESSION
+    assert once.calls == ["kernels-0.1.2", "kernels-0.1.8"]
+    # Two runs a version: the endpoints' single records are topped up by one run each.
+    twice = SlowedSessionDouble("0.1.6")
+    result = bisect(2, twice, "b.jsonl")
+    assert (result.outcome.conclusion, result.outcome.last_good, result.outcome.first_bad) == (
+        Conclusion.FOUND,
+        "0.1.5",
+        "0.1.6",
+    )
+    assert twice.calls == [
+        "kernels-0.1.2",
+        "kernels-0.1.8",
+        "kernels-0.1.5",
+        "kernels-0.1.5",
+        "kernels-0.1.6",
+        "kernels-0.1.6",
+    ]
+    assert result.entries["0.1.6"].reason == (
+        "kernels: 1 of 4 case/batch results worse or slower: moe m=64 same (rel. error +0), "
+        "slower 1.50x"
+    )
+    assert result.entries["0.1.5"].reason == "kernels: no regression in 4 case/batch results"
+    # Each run keeps its own log.
+    assert len(list((tmp_path / "logs").glob("kernels-0.1.5.*.log"))) == 2
+
+
 GEN6 = Path(__file__).resolve().parents[2] / "results" / "h200" / "gen6"
 
 

@@ -19,6 +19,7 @@ from humming_matrix.bisect.version_runner import (
     DIVERGENCE_REPEAT_SUFFIX,
     KERNELS_RECORD,
     ProbeResult,
+    kernel_runs,
 )
 from humming_matrix.divergence.judge import (
     ConfigDivergence,
@@ -176,9 +177,9 @@ def judge_failed_start(failed: ProbeResult, cell: Cell, neighbour: str | None) -
 
 
 def _ungated_slowdowns(verdicts: tuple[CaseVerdict, ...]) -> str:
-    """A probe records one run of the GEMM probe, whose spread misses what changes between
-    processes, so its `slower` verdicts do not count; asked to count slowdowns, say so rather
-    than let the flag pass for a check (gen7's 0.1.12 -> 0.1.13, 1.84x on the FP8-block MoE)."""
+    """With one run a side (records from a probe that ran once), the spread misses what changes
+    between processes, so `slower` does not count; asked to count slowdowns, say so rather than
+    let the flag pass for a check (gen7's 0.1.12 -> 0.1.13, 1.84x on the FP8-block MoE)."""
     ungated = [v for v in verdicts if v.time is TimeVerdict.SLOWER and not v.time_runs_measured]
     if not ungated:
         return ""
@@ -210,7 +211,7 @@ class KernelJudge:
 
     def __call__(self, baseline: Mapping[str, Path], candidate: Mapping[str, Path]) -> Judgement:
         comparison = compare_kernel_records(
-            [baseline[KERNELS_RECORD]], [candidate[KERNELS_RECORD]], self.fail_on_slowdown
+            kernel_runs(baseline), kernel_runs(candidate), self.fail_on_slowdown
         )
         bad = comparison.regressions
         total = len(comparison.verdicts)

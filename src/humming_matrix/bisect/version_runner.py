@@ -74,6 +74,17 @@ class Tier(str, Enum):
 
 
 KERNELS_RECORD = "kernels"  # the name a kernel record goes by in a probe's records
+# The other runs of a kernel probe that times each release several times (`Suite.kernel_runs`):
+# "kernels (run 2)", ... beside the newest, KERNELS_RECORD.
+KERNELS_RUN_SUFFIX = " (run {})"
+
+
+def kernel_runs(records: Mapping[str, Path]) -> list[Path]:
+    """A kernel probe's records: the newest run, then the others."""
+    prefix = KERNELS_RECORD + KERNELS_RUN_SUFFIX.split("{")[0]
+    return [p for name, p in records.items() if name == KERNELS_RECORD or name.startswith(prefix)]
+
+
 # A divergence probe's records: config name -> its newest record, and config name + this suffix
 # -> the other pass of the same session (the A/A repeat the good version's floor comes from).
 DIVERGENCE_REPEAT_SUFFIX = " (repeat)"
@@ -88,6 +99,9 @@ class Suite:
     store: Path
     limit: int | None = None
     tier: Tier = Tier.GSM8K
+    # Kernel tier: runs of the GEMM probe a version needs. Two give the between-run spread that
+    # a `slower` must exceed to count (bisect --fail-on-slowdown); one run's spread misses it.
+    kernel_runs: int = 1
 
     def session(self, cell: Cell) -> str:
         return cell.kernels_session if self.tier is Tier.KERNELS else cell.session
@@ -312,7 +326,23 @@ class Prober:
         return out
 
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
-        newest: tuple[str, Path] | None = None
+        """The `kernel_runs` newest usable kernel records of this cell, newest first."""
+        found = self._usable_kernel_records(cell)
+        if len(found) < self.suite.kernel_runs:
+            return None
+        newest = sorted(found, reverse=True)[: self.suite.kernel_runs]
+        return {
+            KERNELS_RECORD if i == 0 else KERNELS_RECORD + KERNELS_RUN_SUFFIX.format(i + 1): path
+            for i, (_, path) in enumerate(newest)
+        }
+
+    def _kernel_run_count(self, cell: Cell) -> int:
+        if self.suite.tier is not Tier.KERNELS or not self.suite.store.is_dir():
+            return 0
+        return len(self._usable_kernel_records(cell))
+
+    def _usable_kernel_records(self, cell: Cell) -> list[tuple[str, Path]]:
+        found: list[tuple[str, Path]] = []
         pattern = record_filename(RecordKind.KERNELS, KERNEL_RECORD_NAME, str(cell.humming), "*")
         for path in sorted(self.suite.store.rglob(pattern)):
             try:
@@ -327,9 +357,9 @@ class Prober:
                 and env.get("session") == cell.kernels_session
                 and env.get("gpu") == self.hardware
             )
-            if usable and (newest is None or str(data["run_id"]) > newest[0]):
-                newest = (str(data["run_id"]), path)
-        return None if newest is None else {KERNELS_RECORD: newest[1]}
+            if usable:
+                found.append((str(data["run_id"]), path))
+        return found
 
     def _stored_divergence(self, cell: Cell) -> dict[str, Path] | None:
         """The two newest complete divergence records of each config from this cell (the
@@ -395,8 +425,7 @@ class Prober:
 
     def _run(self, cell: Cell, extra_env: Mapping[str, str], start: float) -> ProbeResult:
         version, session = str(cell.humming), self.suite.session(cell)
-        log = self.log_dir / f"{session}.{new_run_id()}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**self.base_env, **extra_env}
         listed = [v for v in env.get(EXTRA_VERSIONS_ENV, "").split(",") if v]
         env[EXTRA_VERSIONS_ENV] = ",".join(dict.fromkeys([*listed, version]))
@@ -408,16 +437,25 @@ class Prober:
         else:
             # Left over in the caller's environment it would make a GSM8K probe run no GSM8K.
             env.pop(DIVERGENCE_ONLY_ENV, None)
-        with self._lock:
-            self.sessions_run.append(session)
         before = set(self._record_paths(cell))
+        runs = self._kernel_run_count(cell)
         try:
-            code = self.runner(session, posargs, env, log)
+            while True:
+                # A log per run: a second run of the session must not overwrite the first's.
+                log = self.log_dir / f"{session}.{new_run_id()}.log"
+                with self._lock:
+                    self.sessions_run.append(session)
+                code = self.runner(session, posargs, env, log)
+                found = self.stored(cell)
+                # Kernel tier: another run of the GEMM probe until the version has the runs it
+                # needs; a run that added no usable record ends it (untestable below).
+                if found is not None or self._kernel_run_count(cell) <= runs:
+                    break
+                runs = self._kernel_run_count(cell)
         except ProbeTimeoutError as exc:
             return ProbeResult(
                 version, session, ProbeStatus.UNTESTABLE, {}, str(exc), log, self.clock() - start
             )
-        found = self.stored(cell)
         duration = self.clock() - start
         failed = self._failed_starts(cell, before) if found is None else {}
         if failed:

@@ -188,9 +188,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--fail-on-slowdown",
         action="store_true",
-        help="kernel tier: a slower kernel counts as bad too, once two or more runs a side "
-        "measure the spread; a probe is one run, so its slowdowns are named in the version's "
-        "line, not counted",
+        help="kernel tier: a slower kernel counts as bad too, beyond the spread of two runs "
+        "of the GEMM probe a version (each probe runs its session twice)",
     )
     p.add_argument(
         "--changes-url",
@@ -214,7 +213,9 @@ def suite_from(args: argparse.Namespace) -> Suite:
     if getattr(args, "tier", Tier.GSM8K.value) == Tier.KERNELS.value:
         if args.configs or args.config or args.limit:
             raise UsageError("--tier kernels runs the GEMM probe: no --configs, --config, --limit")
-        return Suite((), (), args.results.resolve(), None, Tier.KERNELS)
+        # Two runs a version when slowdowns count: the spread a `slower` must exceed.
+        runs = 2 if args.fail_on_slowdown else 1
+        return Suite((), (), args.results.resolve(), None, Tier.KERNELS, kernel_runs=runs)
     lists = [p.resolve() for p in args.configs] or (
         [] if args.config else [checkout_file(CHECKOUT_CONFIG_LIST, "--configs").resolve()]
     )
