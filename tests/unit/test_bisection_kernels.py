@@ -56,19 +56,8 @@ class KernelSessionDouble:
         self.calls.append(session)
         assert "--limit" not in posargs
         version = session.removeprefix("kernels-")
-        broken = Version(version) >= self.broken_from
-        run = SuiteRun(
-            results=(
-                {"case": {"name": "dense"}, "batches": [_batch(16), _batch(64)]},
-                {
-                    "case": {"name": "moe"},
-                    "batches": [_batch(16), _batch(64, nan=3 if broken else 0)],
-                },
-            ),
-            import_error="ImportError: no humming.ops" if version in self.no_import else None,
-        )
         record = build_record(
-            run,
+            self.suite_run(Version(version)),
             Settings((16, 64), 10, 3, 0, 60.0),
             {"humming_kernels": version, "session": session, "gpu": None},
             new_run_id(),
@@ -77,6 +66,19 @@ class KernelSessionDouble:
         write_record(Path(posargs[posargs.index("--results") + 1]), record)
         log.write_text(f"nox > Session {session} was successful.\n")
         return 0
+
+    def suite_run(self, version: Version) -> SuiteRun:
+        broken = version >= self.broken_from
+        return SuiteRun(
+            results=(
+                {"case": {"name": "dense"}, "batches": [_batch(16), _batch(64)]},
+                {
+                    "case": {"name": "moe"},
+                    "batches": [_batch(16), _batch(64, nan=3 if broken else 0)],
+                },
+            ),
+            import_error="ImportError: no humming.ops" if str(version) in self.no_import else None,
+        )
 
     def stop_all(self) -> None:
         """Nothing runs in the background here."""
@@ -88,11 +90,14 @@ def matrix(tmp_path: Path) -> Matrix:
     return load_matrix(tmp_path / "matrix.toml")
 
 
-def run(tmp_path: Path, matrix: Matrix, session: KernelSessionDouble, log: str) -> Any:
+def run(
+    tmp_path: Path, matrix: Matrix, session: KernelSessionDouble, log: str, kernel_runs: int = 1
+) -> Any:
+    """A bisect of 0.1.2 - 0.1.8; two runs a version count slowdowns (--fail-on-slowdown)."""
     plan = Plan("0.1.2", "0.1.8", VERSIONS, {}, None, None, True, Tier.KERNELS)
-    suite = Suite((), (), tmp_path / "store", None, Tier.KERNELS)
+    suite = Suite((), (), tmp_path / "store", None, Tier.KERNELS, kernel_runs=kernel_runs)
     prober = Prober(suite, session, log_dir=tmp_path / "logs", base_env={})
-    judge = KernelJudge()
+    judge = KernelJudge(fail_on_slowdown=kernel_runs > 1)
     with BisectLog(tmp_path / log, plan) as bisect_log:
         return Driver(
             plan, matrix, prober, judge, judge.alone, bisect_log, say=lambda line: None
@@ -149,11 +154,7 @@ class RetiledSessionDouble(KernelSessionDouble):
         super().__init__(broken_from)
         self.changed_from = Version(changed_from)
 
-    def __call__(
-        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
-    ) -> int:
-        self.calls.append(session)
-        version = Version(session.removeprefix("kernels-"))
+    def suite_run(self, version: Version) -> SuiteRun:
         sha = "retiled" if version >= self.changed_from else "original"
 
         def batch(m: int, worse: bool = False) -> dict[str, Any]:
@@ -162,7 +163,7 @@ class RetiledSessionDouble(KernelSessionDouble):
                 b["rel_err"] = [4e-3, 4.1e-3, 3.9e-3]
             return dict(b, sha256=f"{sha}-{m}", deterministic=[True] * 3)
 
-        run = SuiteRun(
+        return SuiteRun(
             results=(
                 {"case": {"name": "dense"}, "batches": [batch(16), batch(64)]},
                 {
@@ -171,16 +172,6 @@ class RetiledSessionDouble(KernelSessionDouble):
                 },
             )
         )
-        record = build_record(
-            run,
-            Settings((16, 64), 10, 3, 0, 60.0),
-            {"humming_kernels": str(version), "session": session, "gpu": None},
-            new_run_id(),
-            utc_now_iso(),
-        )
-        write_record(Path(posargs[posargs.index("--results") + 1]), record)
-        log.write_text(f"nox > Session {session} was successful.\n")
-        return 0
 
 
 def test_bisect_counts_worse_as_bad_and_changed_as_good(tmp_path: Path, matrix: Matrix) -> None:
@@ -204,19 +195,14 @@ class SlowedSessionDouble(KernelSessionDouble):
     """TEST DOUBLE: from `slower_from` on, case `moe` at m=64 takes 1.5 ms where it took 1.0,
     with the same output bytes. Every relaunch bit-identical."""
 
-    def __call__(
-        self, session: str, posargs: Sequence[str], env: Mapping[str, str], log: Path
-    ) -> int:
-        self.calls.append(session)
-        version = Version(session.removeprefix("kernels-"))
-
+    def suite_run(self, version: Version) -> SuiteRun:
         def batch(m: int, slow: bool = False) -> dict[str, Any]:
             b = dict(_batch(m), sha256=f"same-{m}", deterministic=[True] * 3)
             if slow:
                 b["time"] = {"median_ms": 1.5, "mad_ms": 0.015, "min_ms": 1.5, "repeats": 10}
             return b
 
-        run = SuiteRun(
+        return SuiteRun(
             results=(
                 {"case": {"name": "dense"}, "batches": [batch(16), batch(64)]},
                 {
@@ -225,39 +211,19 @@ class SlowedSessionDouble(KernelSessionDouble):
                 },
             )
         )
-        record = build_record(
-            run,
-            Settings((16, 64), 10, 3, 0, 60.0),
-            {"humming_kernels": str(version), "session": session, "gpu": None},
-            new_run_id(),
-            utc_now_iso(),
-        )
-        write_record(Path(posargs[posargs.index("--results") + 1]), record)
-        log.write_text(f"nox > Session {session} was successful.\n")
-        return 0
 
 
 def test_fail_on_slowdown_runs_each_version_twice_and_finds_the_first_slower(
     tmp_path: Path, matrix: Matrix
 ) -> None:
-    def bisect(runs: int, session: SlowedSessionDouble, log: str) -> Any:
-        plan = Plan("0.1.2", "0.1.8", VERSIONS, {}, None, None, True, Tier.KERNELS)
-        suite = Suite((), (), tmp_path / "store", None, Tier.KERNELS, kernel_runs=runs)
-        prober = Prober(suite, session, log_dir=tmp_path / "logs", base_env={})
-        judge = KernelJudge(fail_on_slowdown=runs > 1)
-        with BisectLog(tmp_path / log, plan) as bisect_log:
-            return Driver(
-                plan, matrix, prober, judge, judge.alone, bisect_log, say=lambda line: None
-            ).run()
-
     # One run a version (no --fail-on-slowdown): same bytes, so no regression.
     once = SlowedSessionDouble("0.1.6")
-    plain = bisect(1, once, "a.jsonl")
+    plain = run(tmp_path, matrix, once, "a.jsonl")
     assert plain.outcome.conclusion is Conclusion.NO_REGRESSION
     assert once.calls == ["kernels-0.1.2", "kernels-0.1.8"]
     # Two runs a version: the endpoints' single records are topped up by one run each.
     twice = SlowedSessionDouble("0.1.6")
-    result = bisect(2, twice, "b.jsonl")
+    result = run(tmp_path, matrix, twice, "b.jsonl", kernel_runs=2)
     assert (result.outcome.conclusion, result.outcome.last_good, result.outcome.first_bad) == (
         Conclusion.FOUND,
         "0.1.5",
