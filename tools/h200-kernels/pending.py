@@ -24,7 +24,7 @@ from packaging.version import Version
 from releases import spans  # this folder's index
 
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.record import humming_version, load_kernel_record
+from humming_matrix.kernels.record import hang_not_rerun, humming_version, load_kernel_record
 
 
 def _cases_by_release(folder: Path) -> dict[str, set[str]]:
@@ -32,12 +32,8 @@ def _cases_by_release(folder: Path) -> dict[str, set[str]]:
     for path in sorted(folder.rglob("kernels__*.json")):
         record = load_kernel_record(path)
         cases = found.setdefault(str(humming_version(record)), set())
-        cases.update(str(c["name"]) for c in record["cases"] if not _hang_never_rerun(c))
+        cases.update(str(c["name"]) for c in record["cases"] if not hang_not_rerun(c))
     return found
-
-
-def _hang_never_rerun(case: dict[str, object]) -> bool:
-    return case["state"] == "hang" and "first_attempt" not in case
 
 
 def pending(generation: Path, versions: list[str]) -> list[str]:

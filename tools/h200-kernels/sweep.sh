@@ -79,12 +79,15 @@ pending() {
     # is that run over cases 47 - 84 of the suite (1-based, in its order), to finish what an
     # earlier machine's deadline cut; RECORDS lists the records this tag's earlier attempts on
     # this machine left (a cut run resumes with the cases they lack, not from its first case:
-    # gen6 calls 10 - 11 reran 14 - 23 cases of each run). Nothing (the whole suite) when
-    # neither applies; a lone `--cases` when nothing is left.
-    PYTHONPATH="$PWD/src" python3 -c '
+    # gen6 calls 10 - 11 reran 14 - 23 cases of each run); a hang the watchdog never reran alone
+    # counts as not run (pending.py says why). Nothing (the whole suite) when
+    # neither applies; a lone `--cases` when nothing is left. The record module needs msgspec:
+    # $work/deps has it.
+    PYTHONPATH="$work/deps:$PWD/src" python3 -c '
 import json, sys
 from pathlib import Path
 from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.record import hang_not_rerun
 span, listed = sys.argv[1], Path(sys.argv[2])
 names = [c.name for c in SUITE]
 if span:
@@ -96,7 +99,8 @@ if span:
 done = set()
 for line in listed.read_text().split() if listed.is_file() else []:
     if Path(line).is_file():
-        done |= {c["name"] for c in json.loads(Path(line).read_text())["cases"]}
+        cases = json.loads(Path(line).read_text())["cases"]
+        done |= {c["name"] for c in cases if not hang_not_rerun(c)}
 rest = [n for n in names if n not in done]
 if span or done:
     print("\n".join(["--cases", *rest]))

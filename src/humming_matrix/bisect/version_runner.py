@@ -80,9 +80,8 @@ KERNELS_RUN_SUFFIX = " (run {})"
 
 
 def kernel_runs(records: Mapping[str, Path]) -> list[Path]:
-    """A kernel probe's records: the newest run, then the others."""
-    prefix = KERNELS_RECORD + KERNELS_RUN_SUFFIX.split("{")[0]
-    return [p for name, p in records.items() if name == KERNELS_RECORD or name.startswith(prefix)]
+    """A kernel probe's records (it holds no other): the newest run, then the others."""
+    return list(records.values())
 
 
 # A divergence probe's records: config name -> its newest record, and config name + this suffix
@@ -449,9 +448,12 @@ class Prober:
                 found = self.stored(cell)
                 # Kernel tier: another run of the GEMM probe until the version has the runs it
                 # needs; a run that added no usable record ends it (untestable below).
-                if found is not None or self._kernel_run_count(cell) <= runs:
+                if found is not None:
                     break
-                runs = self._kernel_run_count(cell)
+                now = self._kernel_run_count(cell)
+                if now <= runs:
+                    break
+                runs = now
         except ProbeTimeoutError as exc:
             return ProbeResult(
                 version, session, ProbeStatus.UNTESTABLE, {}, str(exc), log, self.clock() - start

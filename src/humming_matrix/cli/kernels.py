@@ -38,6 +38,7 @@ from humming_matrix.kernels.judge import CaseState
 from humming_matrix.kernels.models import SUITE, UNMODELLED, USES, suite_from
 from humming_matrix.kernels.record import (
     build_record,
+    hang_not_rerun,
     overall_state,
     versions_table,
     write_record,
@@ -288,11 +289,7 @@ def _interruption(run: SuiteRun, total: int) -> str:
     if len(run.results) < total:
         return f"interrupted after {len(run.results)} of {total} cases"
     rerun = sum(1 for r in run.results if r.get("first_attempt"))
-    left = sum(
-        1
-        for r in run.results
-        if r.get("state") == CaseState.HANG.value and not r.get("first_attempt")
-    )
+    left = sum(1 for r in run.results if hang_not_rerun(r))
     if rerun + left == 0:
         return f"interrupted after all {total} cases ran"
     return (

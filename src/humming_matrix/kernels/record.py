@@ -128,6 +128,13 @@ def hung_only_beside_others(case: Mapping[str, Any]) -> bool:
     return bool(case.get("first_attempt")) and case.get("state") != CaseState.HANG.value
 
 
+def hang_not_rerun(case: Mapping[str, Any]) -> bool:
+    """The case hung beside other workers and the watchdog's rerun alone never came (an
+    interrupt or a deadline first): one attempt, not a verdict, so a resumed sweep runs it again
+    (gen7 call 10's 0.1.10 AWQ q/k/v)."""
+    return case.get("state") == CaseState.HANG.value and not case.get("first_attempt")
+
+
 def gpu_name(record: Mapping[str, Any]) -> str | None:
     """The GPU model the record was made on (`torch.cuda` device name), None where unrecorded."""
     env = record.get("environment", {})
