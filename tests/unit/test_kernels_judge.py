@@ -491,6 +491,26 @@ def test_an_error_turning_into_out_of_tolerance_numbers_is_still_broken_not_fixe
     assert v.verdict is Verdict.STILL_BROKEN
 
 
+def test_an_error_turning_into_numbers_within_tolerance_but_not_bit_identical_is_changed() -> None:
+    # 0.1.9 -> 0.1.10's int8-activation q/k/v at 1 - 128 tokens: a compile error before, within
+    # tolerance on every draw now but not bit-identical on relaunch. Neither fixed nor still
+    # broken: `changed`, both states named, failing no gate.
+    base = _record("0.1.9", {"a": [{"m": 64, "error": "RuntimeError: NVRTCCompiler run failed"}]})
+    cand = _record("0.1.10", {"a": [_batch(deterministic=[True, False, True])]})
+    cmp = compare_kernel_records([base], [cand])
+    (v,) = cmp.verdicts
+    assert (v.verdict, v.note) == (Verdict.CHANGED, "error before, nondeterministic now")
+    assert cmp.exit_code == 0
+    # A hang in one of two pooled runs says so.
+    hung = _record("0.1.9", {"a": "hang"}, run_id="r2")
+    fine = _record("0.1.9", {"a": [_batch()]}, run_id="r3")
+    (v,) = compare_kernel_records([hung, fine], [cand]).verdicts
+    assert (v.verdict, v.note) == (
+        Verdict.CHANGED,
+        "hang in 1 of 2 runs before, nondeterministic now",
+    )
+
+
 def test_different_output_bytes_on_the_same_inputs_are_changed_with_size_and_direction() -> None:
     base = _record("0.1.5", {"a": [_batch(sha256="out-1", deterministic=[True] * 3)]})
     same = _record("0.1.6", {"a": [_batch(sha256="out-1", deterministic=[True] * 3)]})
