@@ -325,22 +325,31 @@ class Prober:
         return out
 
     def _stored_kernels(self, cell: Cell) -> dict[str, Path] | None:
-        """The `kernel_runs` newest usable kernel records of this cell, newest first."""
-        found = self._usable_kernel_records(cell)
-        if len(found) < self.suite.kernel_runs:
+        return self._newest_kernel_runs(self._usable_kernel_records(cell))
+
+    def _newest_kernel_runs(self, usable: list[tuple[str, Path]]) -> dict[str, Path] | None:
+        """The `kernel_runs` newest of these (run id, path) records, newest first."""
+        if len(usable) < self.suite.kernel_runs:
             return None
-        newest = sorted(found, reverse=True)[: self.suite.kernel_runs]
+        newest = sorted(usable, reverse=True)[: self.suite.kernel_runs]
         return {
             KERNELS_RECORD if i == 0 else KERNELS_RECORD + KERNELS_RUN_SUFFIX.format(i + 1): path
             for i, (_, path) in enumerate(newest)
         }
 
-    def _kernel_run_count(self, cell: Cell) -> int:
-        if self.suite.tier is not Tier.KERNELS or not self.suite.store.is_dir():
-            return 0
-        return len(self._usable_kernel_records(cell))
+    def _stored_and_kernel_runs(self, cell: Cell) -> tuple[dict[str, Path] | None, int]:
+        """`stored`, and how many usable kernel records it read (0 outside the kernel tier): one
+        read of the store after each run of a probe."""
+        if self.suite.tier is not Tier.KERNELS:
+            return self.stored(cell), 0
+        usable = self._usable_kernel_records(cell)
+        return self._newest_kernel_runs(usable), len(usable)
 
     def _usable_kernel_records(self, cell: Cell) -> list[tuple[str, Path]]:
+        """(run id, path) of each complete kernel record of this cell's version, session and GPU;
+        none outside the kernel tier or without a store."""
+        if self.suite.tier is not Tier.KERNELS or not self.suite.store.is_dir():
+            return []
         found: list[tuple[str, Path]] = []
         pattern = record_filename(RecordKind.KERNELS, KERNEL_RECORD_NAME, str(cell.humming), "*")
         for path in sorted(self.suite.store.rglob(pattern)):
@@ -437,7 +446,7 @@ class Prober:
             # Left over in the caller's environment it would make a GSM8K probe run no GSM8K.
             env.pop(DIVERGENCE_ONLY_ENV, None)
         before = set(self._record_paths(cell))
-        runs = self._kernel_run_count(cell)
+        runs = len(self._usable_kernel_records(cell))
         try:
             while True:
                 # A log per run: a second run of the session must not overwrite the first's.
@@ -445,13 +454,10 @@ class Prober:
                 with self._lock:
                     self.sessions_run.append(session)
                 code = self.runner(session, posargs, env, log)
-                found = self.stored(cell)
+                found, now = self._stored_and_kernel_runs(cell)
                 # Kernel tier: another run of the GEMM probe until the version has the runs it
                 # needs; a run that added no usable record ends it (untestable below).
-                if found is not None:
-                    break
-                now = self._kernel_run_count(cell)
-                if now <= runs:
+                if found is not None or now <= runs:
                     break
                 runs = now
         except ProbeTimeoutError as exc:
