@@ -306,7 +306,7 @@ def test_a_case_that_hung_beside_other_workers_is_rerun_alone_and_judged_by_that
     assert rerun["alone"] is True
     assert rerun["ceilings"] is False
     assert rerun["gpu_lock"] == str(work / "gpu.lock")
-    assert rerun["queue"] == str(work / "alone" / "queue")
+    assert rerun["queue"] == str(work / "alone" / "queue-1")
     # Two workers, a fresh one after the hang (or not, as the queue empties), one for the rerun.
     assert run.launches in (3, 4)
     assert sorted(p.name for p in (work / "alone").glob("plan-*.json")) == [
@@ -327,7 +327,9 @@ def test_an_interrupt_during_the_rerun_keeps_the_hang_and_what_the_rerun_finishe
     work = tmp_path / "w"
 
     def sleep(seconds: float) -> None:
-        if (work / "alone" / "queue").exists() and (work / "alone" / "queue").read_text() == "2":
+        # Reruns go one at a time, oldest hang first: case 1's has claimed its case.
+        second = work / "alone" / "queue-2"
+        if second.exists() and second.read_text() == "1":
             events = (work / "alone").glob("events-*.jsonl")
             if any('"event": "case"' in p.read_text() for p in events):
                 raise KeyboardInterrupt
@@ -346,6 +348,37 @@ def test_an_interrupt_during_the_rerun_keeps_the_hang_and_what_the_rerun_finishe
         "fresh process"
     )
     assert "first_attempt" not in results[1]
+
+
+def test_a_hang_is_rerun_alone_while_the_other_cases_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Case 0 sticks beside the others and comes back alone; case 3 never ends (its limit is far
+    # off). The rerun does not wait for the last case: an interrupt (a sweep's deadline) once it
+    # finished keeps it, where reruns after the last case left every hang a single attempt
+    # (gen7 calls 15 - 16 ran the same hangs of 0.1.4 and 0.1.5 twice, deciding none).
+    _policy(monkeypatch, cases={NAMES[0]: "hang-beside-others", NAMES[3]: "hang"}, pulse_s=0.2)
+    work = tmp_path / "w"
+
+    def sleep(seconds: float) -> None:
+        events = (work / "alone").glob("events-*.jsonl")
+        if any('"event": "case"' in p.read_text() for p in events):
+            raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    dog = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1, sleep=sleep)
+    with pytest.raises(KeyboardInterrupt):
+        dog.run(_plan(), work)
+    results = dog.progress.snapshot().results
+    assert [r["case"]["name"] for r in results] == NAMES[:3]
+    assert [r.get("state") for r in results] == [None, None, None]
+    assert [r["batches"][0]["rel_err"] for r in results] == [[1e-3, 1e-3]] * 3
+    assert results[0]["first_attempt"] == {
+        "state": "hang",
+        "reason": "no progress for 1 s in its GPU turn (gpu_check m=1); worker process group "
+        "killed, next case runs in a fresh process",
+    }
+    assert ["first_attempt" in r for r in results] == [True, False, False]
 
 
 def test_the_gpu_limit_never_exceeds_the_limit_outside_a_turn() -> None:

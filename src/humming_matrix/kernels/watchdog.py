@@ -9,11 +9,15 @@ behind it. Inside a turn of its own (its last event says `on_gpu`) a worker runs
 so it is hung after `gpu_timeout_s`, a shorter limit: every worker of the machine waits while a
 hung kernel holds the lock (gen6 calls 12 - 14 lost 90 - 150 s of the whole machine a hang).
 Where other workers shared the GPU (`jobs` > 1, or a lock shared with other runs), each case
-that hung is run once more at the end, alone: one worker, its checks taking the GPU lock
-exclusively (`"alone"` in its plan). Its result is that rerun's, with the hang beside the others
-kept as `first_attempt`: gen6 calls 15 - 17 recorded 53 hangs of dense GEMMs at 2048 tokens
-inside their check turns, beside 15 other workers, that the records alone cannot tell from a
-kernel starved by another's hang.
+that hung is run once more, alone: one worker of its own, its first call and checks taking the
+GPU lock exclusively (`"alone"` in its plan), started as soon as the hang is seen (one rerun at a
+time; the other workers go on with the queue, their GPU turns waiting while it holds the lock).
+Its result is that rerun's, with the hang beside the others kept as `first_attempt`: gen6 calls
+15 - 17 recorded 53 hangs of dense GEMMs at 2048 tokens inside their check turns, beside 15
+other workers, that the records alone cannot tell from a kernel starved by another's hang.
+Reruns once came only after the last case: a run that a deadline cut first left every hang a
+single attempt, which a resumed sweep ran again beside others (gen7 call 16 met 17 hangs of
+0.1.4's and 0.1.5's FP8 dense GEMMs in 568 s and decided none).
 A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker stops
 by itself after a case that raised (a CUDA error can poison its context), and a fresh one
 picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
@@ -153,16 +157,26 @@ class _Progress:
             elif kind == "import_error":
                 self.import_error = str(event.get("message", ""))
             elif kind == "start":
-                lane.current = int(event["index"])
+                lane.current = lane.run_index(int(event["index"]))
                 lane.started = True
                 lane.stage = "start"
             elif kind == "progress":
                 m = event.get("m")
                 lane.stage = str(event.get("stage")) + ("" if m is None else f" m={m}")
             elif kind == "case":
-                self.results[int(event["index"])] = dict(event["result"])
+                self.settle(lane, lane.run_index(int(event["index"])), dict(event["result"]))
                 lane.current = None
             lane.on_gpu = kind == "progress" and event.get("on_gpu") is True
+
+    def settle(self, lane: _Lane, index: int, result: dict[str, Any]) -> None:
+        """Case `index`'s result; a rerun alone's keeps the hang it replaces as `first_attempt`."""
+        if lane.rerun_of is not None:
+            first = self.results[index]
+            result = {
+                **result,
+                "first_attempt": {"state": first["state"], "reason": first["reason"]},
+            }
+        self.results[index] = result
 
 
 @dataclass
@@ -174,7 +188,9 @@ class _Lane:
     log_path: Path
     resources: ExitStack
     last_pulse: float
-    current: int | None = None  # the case it started and has not finished
+    queue: CaseQueue  # the cases its plan holds: the run's, or the one it reruns alone
+    rerun_of: int | None = None  # the run's case that this worker reruns alone
+    current: int | None = None  # the run's case it started and has not finished
     started: bool = False  # it claimed at least one case
     # Its last event, for a hang's reason: "start" (built nothing yet), "built", "batch m=16",
     # "gpu_wait" (it had been waiting for the GPU lock, then got it), "gpu_check m=2048" (inside
@@ -182,6 +198,10 @@ class _Lane:
     # first, possibly compiling, call), "timed".
     stage: str = "launch"
     on_gpu: bool = False  # the last event entered a GPU turn
+
+    def run_index(self, index: int) -> int:
+        """The run's index of case `index` of this worker's plan."""
+        return index if self.rerun_of is None else self.rerun_of
 
 
 class Watchdog:
@@ -208,61 +228,47 @@ class Watchdog:
     def run(self, plan: dict[str, Any], workdir: Path) -> SuiteRun:
         """Run every case of `plan` (its "cases" list) on up to `jobs` workers at once, `workdir`
         holding plans, events, logs, the case queue and (with several workers and no lock of
-        the caller's) the GPU lock under which their timing loops run alone; then rerun alone
-        each case that hung beside other workers."""
+        the caller's) the GPU lock under which their timing loops run alone; each case that
+        hung beside other workers is rerun alone meanwhile (in `alone/`)."""
         workdir.mkdir(parents=True, exist_ok=True)
         if self.jobs > 1 and not plan.get("gpu_lock"):
             plan = dict(plan, gpu_lock=str(workdir / "gpu.lock"))
         total = len(plan["cases"])
         p = self.progress = _Progress()
-        self._pass(plan, workdir, p, self.jobs)
+        self._pass(plan, workdir, p)
         if not p.env and p.import_error is None and not p.results:
             raise InfrastructureError(f"the kernel worker never reported; see {workdir}")
         if p.import_error is not None:
             for i in range(total):
                 p.results.setdefault(i, _moot(plan, i, f"import humming: {p.import_error}"))
-        elif plan.get("gpu_lock"):
-            self._rerun_alone(plan, workdir / "alone")
         return p.snapshot()
 
-    def _rerun_alone(self, plan: dict[str, Any], workdir: Path) -> None:
-        """Each case that hung, once more on one worker whose checks hold the GPU alone. Its
-        result replaces the hang, which it keeps as `first_attempt`; an interrupt keeps the
-        reruns that finished."""
-        p = self.progress
-        hung = [i for i in sorted(p.results) if p.results[i].get("state") == CaseState.HANG.value]
-        if not hung:
-            return
-        again = _Progress(launches=p.launches)
-        rerun = dict(plan, cases=[plan["cases"][i] for i in hung], ceilings=False, alone=True)
-        try:
-            self._pass(rerun, workdir, again, jobs=1)
-        finally:
-            p.launches = again.launches
-            for k, result in again.results.items():
-                first = p.results[hung[k]]
-                attempt = {"state": first["state"], "reason": first["reason"]}
-                p.results[hung[k]] = {**result, "first_attempt": attempt}
-
-    def _pass(self, plan: dict[str, Any], workdir: Path, p: _Progress, jobs: int) -> None:
-        """Every case of `plan` on up to `jobs` workers, what they report going into `p`."""
+    def _pass(self, plan: dict[str, Any], workdir: Path, p: _Progress) -> None:
+        """Every case of `plan` on up to `jobs` workers, what they report going into `p`; under
+        a GPU lock, beside them one worker at a time reruns alone a case that hung."""
         workdir.mkdir(parents=True, exist_ok=True)
         queue = CaseQueue(workdir / "queue", len(plan["cases"]))
         queue.reset()
+        # The hangs beside other workers still to rerun, oldest first.
+        hung: list[int] | None = [] if plan.get("gpu_lock") else None
         lanes: list[_Lane] = []
         with ExitStack() as stack:
             # Runs last on the way out, after every lane's process group is gone: an interrupt
             # keeps the cases the workers finished since the last poll.
             stack.push(lambda kind, exc, tb: _keep_finished(lanes, p) if kind else None)
             while True:
-                idle = sum(1 for lane in lanes if not lane.started)
-                while p.import_error is None and len(lanes) < jobs and queue.remaining() > idle:
-                    lanes.append(self._launch(stack, plan, workdir, queue, p, jobs))
+                idle = sum(1 for lane in lanes if not lane.started and lane.rerun_of is None)
+                workers = sum(1 for lane in lanes if lane.rerun_of is None)
+                while p.import_error is None and workers < self.jobs and queue.remaining() > idle:
+                    lanes.append(self._launch(stack, plan, workdir, queue, p))
                     idle += 1
+                    workers += 1
+                if hung and p.import_error is None and all(ln.rerun_of is None for ln in lanes):
+                    lanes.append(self._launch_alone(stack, plan, workdir / "alone", hung.pop(0), p))
                 if not lanes:
                     break
                 for lane in list(lanes):
-                    if self._tend(lane, plan, queue, p):
+                    if self._tend(lane, plan, p, hung):
                         lane.resources.close()
                         lanes.remove(lane)
                 if p.import_error is not None:
@@ -273,6 +279,16 @@ class Watchdog:
                 if lanes:
                     self.sleep(self.poll_s)
 
+    def _launch_alone(
+        self, stack: ExitStack, plan: dict[str, Any], workdir: Path, index: int, p: _Progress
+    ) -> _Lane:
+        """A worker that reruns case `index` alone: a plan of that case only, a queue of its own."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        queue = CaseQueue(workdir / f"queue-{index + 1}", 1)
+        queue.reset()
+        rerun = dict(plan, cases=[plan["cases"][index]], ceilings=False, alone=True)
+        return self._launch(stack, rerun, workdir, queue, p, rerun_of=index)
+
     def _launch(
         self,
         stack: ExitStack,
@@ -280,7 +296,7 @@ class Watchdog:
         workdir: Path,
         queue: CaseQueue,
         p: _Progress,
-        jobs: int,
+        rerun_of: int | None = None,
     ) -> _Lane:
         p.launches += 1
         n = p.launches
@@ -298,61 +314,83 @@ class Watchdog:
         stack.callback(resources.close)
         log = resources.enter_context(log_path.open("wb"))
         argv = [*self.worker, str(plan_path), str(events_path)]
-        env = worker_environment(jobs, os.environ, os.cpu_count())
+        env = worker_environment(
+            1 if rerun_of is not None else self.jobs, os.environ, os.cpu_count()
+        )
         proc = resources.enter_context(worker_process(argv, log, env))
-        return _Lane(proc, _EventReader(events_path), log_path, resources, self.clock())
+        reader = _EventReader(events_path)
+        return _Lane(proc, reader, log_path, resources, self.clock(), queue, rerun_of)
 
-    def _tend(self, lane: _Lane, plan: dict[str, Any], queue: CaseQueue, p: _Progress) -> bool:
+    def _tend(
+        self, lane: _Lane, plan: dict[str, Any], p: _Progress, hung: list[int] | None
+    ) -> bool:
         """Take the lane's new events; True once its worker is gone (exited, or killed as hung),
-        with what that means for its case recorded."""
+        with what that means for its case recorded. A hang beside other workers joins `hung`
+        (None: nothing is rerun)."""
         events = lane.reader.read()
         p.take(events, lane)
         if events:
             lane.last_pulse = self.clock()
         if lane.proc.poll() is not None:
             p.take(lane.reader.read(), lane)
-            _exited(lane, plan, queue, p)
+            _exited(lane, plan, p)
             return True
         limit = self.gpu_timeout_s if lane.on_gpu else self.timeout_s
         if self.clock() - lane.last_pulse > limit:
             stop_group(lane.proc, KILL_GRACE_SECONDS)
-            stalled = lane.current if lane.current is not None else queue.claim()
+            stalled = lane.current if lane.current is not None else _claim(lane)
             where = f"in its GPU turn ({lane.stage})" if lane.on_gpu else f"after {lane.stage}"
-            if plan.get("alone"):
+            if lane.rerun_of is not None:
                 where += ", rerun alone"
             if stalled is not None:
-                p.results[stalled] = {
+                hang = {
                     "case": plan["cases"][stalled],
                     "state": CaseState.HANG.value,
                     "reason": f"no progress for {limit:g} s {where}; "
                     "worker process group killed, next case runs in a fresh process",
                     "batches": [],
                 }
+                p.settle(lane, stalled, hang)
+                if hung is not None and lane.rerun_of is None:
+                    hung.append(stalled)
             return True
         return False
 
 
-def _exited(lane: _Lane, plan: dict[str, Any], queue: CaseQueue, p: _Progress) -> None:
+def _claim(lane: _Lane) -> int | None:
+    """The next case of the lane's queue, claimed for a worker that died or hung before it
+    claimed one (so the run always advances), as the run's index."""
+    index = lane.queue.claim()
+    return None if index is None else lane.run_index(index)
+
+
+def _exited(lane: _Lane, plan: dict[str, Any], p: _Progress) -> None:
     if p.import_error is not None:
         return
     status = lane.proc.returncode
-    if lane.current is not None and lane.current not in p.results:
-        p.results[lane.current] = _crash(
+    # A rerun's case is in `p.results` already: the hang it reruns.
+    if lane.current is not None and (lane.current not in p.results or lane.rerun_of is not None):
+        crash = _crash(
             plan["cases"][lane.current],
             f"worker exited with status {status} during the case",
             lane.log_path,
         )
+        p.settle(lane, lane.current, crash)
         return
-    if lane.started or (status == 0 and not queue.remaining()):
+    if lane.started or (status == 0 and not lane.queue.remaining()):
         return
     # The worker died before starting any case: charge it to the next case so the run
     # always advances.
-    index = queue.claim()
+    index = _claim(lane)
     if index is not None:
-        p.results[index] = _crash(
-            plan["cases"][index],
-            f"worker exited with status {status} before the case began",
-            lane.log_path,
+        p.settle(
+            lane,
+            index,
+            _crash(
+                plan["cases"][index],
+                f"worker exited with status {status} before the case began",
+                lane.log_path,
+            ),
         )
 
 
@@ -360,7 +398,7 @@ def _keep_finished(lanes: list[_Lane], p: _Progress) -> None:
     for lane in lanes:
         for event in lane.reader.read():
             if event.get("event") == "case":
-                p.results[int(event["index"])] = dict(event["result"])
+                p.settle(lane, lane.run_index(int(event["index"])), dict(event["result"]))
 
 
 def _moot(plan: dict[str, Any], index: int, reason: str) -> dict[str, Any]:
