@@ -147,7 +147,7 @@ def test_the_committed_index_is_the_generated_one() -> None:
         " | gen6 | gen7 |",
     ]
     assert "| 0.1.9 | 84 | 0 | gen7 84 | H100 80GB HBM3 | 16 | 70 | 0 | 12 | - | 1-84 |" in coverage
-    assert len(older) == 1 + 15
+    assert len(older) == 1 + 19
     assert not [r for r in older if "| gen3 |" in r]
     # At 4 tokens, a size only the full sweep runs, one draw of Qwen's FP8-channel gate/up MoE
     # GEMM on wide scales is out of tolerance: 1.13 units in 0.1.18's, 0.1.19's and 0.1.20's
@@ -211,27 +211,28 @@ def test_the_committed_index_is_the_generated_one() -> None:
         "| 0.1.8 | o-fp8-block-bf16-2048x4096 | fail | 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,"
         " 2048, 4096 | 1.9e+31 - 5.39e+35u | gen7 |"
     ) in problems
-    # A hang that other runs of the release got past says in how many runs it hung (calls 9 -
-    # 11 ran 0.1.5 before the waiting pulse: workers queued behind a stalled GPU turn were
-    # killed as hung too); one that hung in every run says no more.
+    # A hang that other runs of the release got past says in how many runs it hung; one that
+    # hung in every run says no more.
     assert (
-        "| 0.1.5 | down-fp8-channel-bf16-1536x8960 | hang in 2 of 6 runs |  |"
-        " no progress for 200 s; worker process group killed, next case runs in a fresh process"
-        " | gen6 |"
+        "| 0.1.4 | qkv-gptq-int4-g128-bf16-5120x2048 | hang in 2 of 3 runs |  | no progress for"
+        " 30 s in its GPU turn (gpu_check m=2048); worker process group killed, next case runs in"
+        " a fresh process | gen6 |"
     ) in problems
     assert (
         "| 0.1.5 | gate-up-fp8-channel-bf16-17920x1536 | hang |  | no progress for 200 s;"
         " worker process group killed, next case runs in a fresh process | gen6 |"
     ) in problems
-    # ... and still counts as broken. Calls 15 - 16 (an H100) ran 0.1.5's cases 45 - 84 twice:
-    # every case of the suite now, each in an A/A pair of one call.
-    # Call 18's probe reran three of its hung cases; one came back alone, bit-different on
-    # relaunch (52 not bit-identical, was 51).
-    assert "| 0.1.5 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 13 | 52 | 0 | 22 | - | - |" in coverage
-    # Gen6 calls 12 - 14 (an H100, with the pulse): 0.1.2 - 0.1.4's FP8-channel dense GEMMs hang
-    # at 2048 tokens in some runs and give inf in others; the hang says after which batch.
-    # Calls 15 - 17 took 0.1.4 to case 76, calls 18 - 19 to the end, call 23 ran case 17 twice.
-    assert "| 0.1.4 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 8 | 46 | 0 | 30 | - | - |" in coverage
+    # ... and still counts as broken. Gen7 calls 15 - 16 began 0.1.5's and 0.1.4's full sweeps
+    # (28 and 32 cases, counting the hangs never rerun alone); gen6's A/A pairs stand for the
+    # rest.
+    assert (
+        "| 0.1.5 | 84 | 56 | gen7 28, gen6 56 | H100 80GB HBM3 | 12 | 44 | 0 | 27 | - |"
+        " 1-10, 12-14, 17-29, 33-34 |"
+    ) in coverage
+    assert (
+        "| 0.1.4 | 84 | 52 | gen7 32, gen6 52 | H100 80GB HBM3 | 8 | 44 | 0 | 32 | - |"
+        " 1-10, 13-14, 16-34, 39 |"
+    ) in coverage
     # A hang rerun alone (call 18's probe of 0.1.5): the one that came back is counted apart,
     # the one that hung again says so.
     assert (
@@ -251,9 +252,9 @@ def test_the_committed_index_is_the_generated_one() -> None:
         " process | gen6 |"
     ) in problems
     assert (
-        "| 0.1.4 | qkv-fp8-channel-fp8-e4m3-2048x1536 | hang in 1 of 2 runs | 2048 | err_units inf"
-        " > 1 (the rounding and accumulation bound); no progress for 90 s after batch m=128;"
-        " worker process group killed, next case runs in a fresh process | gen6 |"
+        "| 0.1.4 | qkv-fp8-channel-fp8-e4m3-2048x1536 | hang |  | no progress for 30 s in its GPU"
+        " turn (gpu_check m=2048); worker process group killed, next case runs in a fresh"
+        " process | gen7 |"
     ) in problems
     # 0.1.12 builds 0.1.11's MXFP4 bf16 GEMMs: within tolerance and bit-identical at 83 (case,
     # batch) pairs (`fixed`), within tolerance but not bit-identical on relaunch at 46, which the
@@ -270,19 +271,39 @@ def test_the_committed_index_is_the_generated_one() -> None:
         " calls) | error before, nondeterministic now |"
     ) in rebuilt
     assert len([r for r in changes if "| 0.1.11 | 0.1.12 | fixed |" in r]) == 83
-    assert len([r for r in changes if "| 0.1.7 | 0.1.8 | newly-broken |" in r]) == 187
+    assert len([r for r in changes if "| 0.1.7 | 0.1.8 | newly-broken |" in r]) == 622
     assert len([r for r in changes if "| 0.1.8 | 0.1.9 | fixed |" in r]) == 438
-    # A fix of a hang that came in one of two runs says so: two clean runs of 0.1.4 are the
-    # whole evidence.
+    # Gen7's two attempts of 0.1.4's Qwen FP8-channel q/k/v, each a hang beside other workers
+    # at 2048 tokens never rerun alone, are its newest evidence: `fixed` in 0.1.5's one run.
     assert (
-        "| qkv-fp8-channel-bf16-2048x1536 | 2048 | 0.1.3 | 0.1.4 | fixed | unknown |"
-        " hang in 1 of 2 runs before, 2 of 2 within tolerance now |"
+        "| qkv-fp8-channel-bf16-2048x1536 | 2048 | 0.1.4 | 0.1.5 | fixed | unknown (gen7 call15)"
+        " |  |"
     ) in changes
     # A crash names the CUDA error its worker's log ends on, read from the record's log tail.
     assert (
         "| 0.1.7 | qkv-awq-int4-bf16-5120x2048 | crash |  | worker exited with status 1 during the"
         " case: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
-        " | gen6 |"
+        " | gen7 |"
+    ) in problems
+
+    # Gen7 calls 14 - 15's full sweeps of 0.1.6 and 0.1.7, side by side: 0.1.7 builds the GPTQ
+    # int4 MoE GEMMs with int8 activations that 0.1.6 got wrong by 56 - 88 units, within
+    # tolerance at every size that compiles; 1024 and 4096 tokens, sizes only the full sweep
+    # runs, compile in neither (NVRTC), for the w8a8 int8 MoE GEMMs too.
+    assert "| 0.1.6 | 84 | 0 | gen7 84 | H100 80GB HBM3 | 15 | 64 | 0 | 15 | - | 1-84 |" in coverage
+    assert "| 0.1.7 | 84 | 0 | gen7 84 | H100 80GB HBM3 | 16 | 66 | 0 | 14 | - | 1-84 |" in coverage
+    (fixed_line,) = [r for r in _per_release(text, "0.1.7") if r.startswith("- fixed from")]
+    assert fixed_line.startswith(
+        "- fixed from 0.1.6 (6): `gate-up-fp8-channel-bf16-17920x1536` (4);"
+    )
+    assert fixed_line.endswith(
+        "`moe-down-gptq-int4-g128-int8-2048x768-e128k8-wide-scales`"
+        " (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048)"
+    )
+    assert len([r for r in changes if "| 0.1.6 | 0.1.7 | fixed |" in r]) == 31
+    assert (
+        "| 0.1.7 | moe-down-int8-w8a8-int8-2048x768-e128k8 | error | 1024, 4096 | RuntimeError:"
+        " <class 'humming.jit.compiler.NVRTCCompiler'> run failed | gen7 |"
     ) in problems
 
 

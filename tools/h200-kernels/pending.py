@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What a generation still lacks, as the tags `sweep.sh` takes: per release, the cases of the
 current suite that no record under GEN holds, newest release first. A hang that was never rerun
-alone counts as not run: the watchdog reruns each hung case alone once every case has run, so a
-deadline that cuts the run first leaves the hang a single attempt beside seven other workers
-(gen7 call 10's 0.1.10 AWQ q/k/v, which gen6's two runs of 0.1.10 passed).
+alone counts as not run: until 2026-12-07 the watchdog reran hung cases alone only once every
+case had run, so a deadline that cut the run first left each hang a single attempt beside seven
+other workers (gen7 call 10's 0.1.10 AWQ q/k/v, which gen6's two runs of 0.1.10 passed; calls
+15 - 16's 17 hangs of 0.1.4 and 0.1.5). It now reruns each as soon as it is seen.
 
     python tools/h200-kernels/pending.py results/h200/gen7 [VERSION ...]
 
