@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,31 @@ def _alive(pid: int) -> bool:
 
 def _policy(monkeypatch: pytest.MonkeyPatch, **policy: Any) -> None:
     monkeypatch.setenv("KERNEL_WORKER_DOUBLE", json.dumps(policy))
+
+
+def _interrupted(
+    work: Path, when: Callable[[], bool], timeout_s: float
+) -> tuple[dict[str, Any], ...]:
+    """What two workers (1 s GPU limit) kept of the plan once a Ctrl-C came as soon as `when()`
+    held (the sleep of the watchdog's poll raises it)."""
+
+    def sleep(seconds: float) -> None:
+        if when():
+            raise KeyboardInterrupt
+        time.sleep(seconds)
+
+    dog = Watchdog(
+        timeout_s=timeout_s, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1, sleep=sleep
+    )
+    with pytest.raises(KeyboardInterrupt):
+        dog.run(_plan(), work)
+    return dog.progress.snapshot().results
+
+
+def _a_rerun_finished(work: Path) -> bool:
+    """A worker rerunning a hang alone has reported its case."""
+    events = (work / "alone").glob("events-*.jsonl")
+    return any('"event": "case"' in p.read_text() for p in events)
 
 
 def test_every_case_runs_in_one_worker_when_nothing_goes_wrong(
@@ -326,19 +352,12 @@ def test_an_interrupt_during_the_rerun_keeps_the_hang_and_what_the_rerun_finishe
     )
     work = tmp_path / "w"
 
-    def sleep(seconds: float) -> None:
+    def second_rerun_began() -> bool:
         # Reruns go one at a time, oldest hang first: case 1's has claimed its case.
         second = work / "alone" / "queue-2"
-        if second.exists() and second.read_text() == "1":
-            events = (work / "alone").glob("events-*.jsonl")
-            if any('"event": "case"' in p.read_text() for p in events):
-                raise KeyboardInterrupt
-        time.sleep(seconds)
+        return second.exists() and second.read_text() == "1" and _a_rerun_finished(work)
 
-    dog = Watchdog(timeout_s=3, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1, sleep=sleep)
-    with pytest.raises(KeyboardInterrupt):
-        dog.run(_plan(), work)
-    results = dog.progress.snapshot().results
+    results = _interrupted(work, second_rerun_began, timeout_s=3)
     assert [r.get("state") for r in results] == [None, "hang", None, None]
     assert results[0]["first_attempt"]["state"] == "hang"
     assert results[0]["batches"][0]["rel_err"] == [1e-3, 1e-3]
@@ -356,20 +375,11 @@ def test_a_hang_is_rerun_alone_while_the_other_cases_still_run(
     # Case 0 sticks beside the others and comes back alone; case 3 never ends (its limit is far
     # off). The rerun does not wait for the last case: an interrupt (a sweep's deadline) once it
     # finished keeps it, where reruns after the last case left every hang a single attempt
-    # (gen7 calls 15 - 16 ran the same hangs of 0.1.4 and 0.1.5 twice, deciding none).
+    # (gen7 call 16 met 17 hangs of 0.1.4 and 0.1.5 and decided none).
     _policy(monkeypatch, cases={NAMES[0]: "hang-beside-others", NAMES[3]: "hang"}, pulse_s=0.2)
     work = tmp_path / "w"
 
-    def sleep(seconds: float) -> None:
-        events = (work / "alone").glob("events-*.jsonl")
-        if any('"event": "case"' in p.read_text() for p in events):
-            raise KeyboardInterrupt
-        time.sleep(seconds)
-
-    dog = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1, sleep=sleep)
-    with pytest.raises(KeyboardInterrupt):
-        dog.run(_plan(), work)
-    results = dog.progress.snapshot().results
+    results = _interrupted(work, lambda: _a_rerun_finished(work), timeout_s=30)
     assert [r["case"]["name"] for r in results] == NAMES[:3]
     assert [r.get("state") for r in results] == [None, None, None]
     assert [r["batches"][0]["rel_err"] for r in results] == [[1e-3, 1e-3]] * 3
