@@ -23,16 +23,16 @@ from pathlib import Path
 
 from packaging.version import Version
 from releases import spans  # this folder's index
+from table import releases_records  # this folder's per-generation tables
 
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.record import hang_not_rerun, humming_version, load_kernel_record
+from humming_matrix.kernels.record import hang_not_rerun
 
 
 def _cases_by_release(folder: Path) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    for path in sorted(folder.rglob("kernels__*.json")):
-        record = load_kernel_record(path)
-        cases = found.setdefault(str(humming_version(record)), set())
+    for version, record in releases_records(folder):
+        cases = found.setdefault(version, set())
         cases.update(str(c["name"]) for c in record["cases"] if not hang_not_rerun(c))
     return found
 

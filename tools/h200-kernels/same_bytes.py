@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
-from table import gpu_label  # this folder's per-generation tables
-
-from humming_matrix.kernels.record import humming_version, load_kernel_record
+from table import gpu_label, releases_records  # this folder's per-generation tables
 
 # per release, per (case, m): the inputs, the output hash of each draw, whether every relaunch
 # was bit-identical
@@ -30,9 +28,7 @@ Slots = dict[str, dict[tuple[str, int], dict[str, Any]]]
 def _read(folder: Path) -> tuple[Slots, dict[str, set[str]]]:
     slots: Slots = defaultdict(dict)
     gpus: dict[str, set[str]] = defaultdict(set)
-    for path in sorted(folder.rglob("kernels__*.json")):
-        record = load_kernel_record(path)
-        version = str(humming_version(record))
+    for version, record in releases_records(folder):
         gpus[version].add(gpu_label(record))
         for case in record["cases"]:
             for batch in case.get("batches") or []:

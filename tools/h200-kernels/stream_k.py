@@ -18,8 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from packaging.version import Version
-
-from humming_matrix.kernels.record import humming_version, load_kernel_record
+from table import releases_records  # this folder's per-generation tables
 
 COLUMNS = (
     (True, True),
@@ -32,9 +31,7 @@ COLUMNS = (
 def counts(folder: Path) -> dict[str, Counter[tuple[bool, bool]]]:
     """Per release, (stream-K, bit-identical on relaunch) -> batches."""
     out: dict[str, Counter[tuple[bool, bool]]] = defaultdict(Counter)
-    for path in sorted(folder.rglob("kernels__*.json")):
-        record = load_kernel_record(path)
-        version = str(humming_version(record))
+    for version, record in releases_records(folder):
         for case in record["cases"]:
             for batch in case.get("batches") or []:
                 config = batch.get("kernel_config") or {}

@@ -28,7 +28,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,14 @@ def _summary(paths: list[Path], records: dict[Path, Any]) -> list[str]:
             + " |"
         )
     return [*out, ""]
+
+
+def releases_records(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every kernel record under `folder` (searched recursively, in path order), with the
+    humming release it ran."""
+    for path in sorted(folder.rglob("kernels__*.json")):
+        record = load_kernel_record(path)
+        yield str(humming_version(record)), record
 
 
 def main(argv: list[str]) -> int:

@@ -597,6 +597,11 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
         note = "; ".join(filter(None, (c.intermittent, c.reason))) or c.state.value
         return CaseVerdict(name, m, Verdict.NEWLY_BROKEN, TimeVerdict.UNKNOWN, b, c, note=note)
     if not b_ok:
+        if c.state is CaseState.OK:
+            # A fix of a failure that came now and then rests on how often the candidate ran.
+            runs = f"{c.runs} of {c.runs} within tolerance now"
+            note = f"{b.intermittent} before, {runs}" if b.intermittent else ""
+            return CaseVerdict(name, m, Verdict.FIXED, TimeVerdict.UNKNOWN, b, c, note=note)
         if c.state is CaseState.NONDETERMINISTIC:
             # Within tolerance on every draw but not bit-identical on relaunch: no fix, yet not
             # broken either, so `changed` with both states, as a flip from out of tolerance is.
@@ -604,14 +609,7 @@ def _verdict(name: str, m: int | None, b: Side, c: Side) -> CaseVerdict:
             # a compile error before, at 1 - 128 tokens.
             note = f"{b.intermittent or b.state.value} before, {c.state.value} now"
             return CaseVerdict(name, m, Verdict.CHANGED, TimeVerdict.UNKNOWN, b, c, note=note)
-        fixed = Verdict.FIXED if c.state is CaseState.OK else Verdict.STILL_BROKEN
-        # A fix of a failure that came now and then rests on how often the candidate ran.
-        note = (
-            f"{b.intermittent} before, {c.runs} of {c.runs} within tolerance now"
-            if fixed is Verdict.FIXED and b.intermittent
-            else ""
-        )
-        return CaseVerdict(name, m, fixed, TimeVerdict.UNKNOWN, b, c, note=note)
+        return CaseVerdict(name, m, Verdict.STILL_BROKEN, TimeVerdict.UNKNOWN, b, c)
     if b.input_sha256 and c.input_sha256 and b.input_sha256 != c.input_sha256:
         return CaseVerdict(
             name,

@@ -257,13 +257,15 @@ class Watchdog:
             # keeps the cases the workers finished since the last poll.
             stack.push(lambda kind, exc, tb: _keep_finished(lanes, p) if kind else None)
             while True:
-                idle = sum(1 for lane in lanes if not lane.started and lane.rerun_of is None)
-                workers = sum(1 for lane in lanes if lane.rerun_of is None)
-                while p.import_error is None and workers < self.jobs and queue.remaining() > idle:
-                    lanes.append(self._launch(stack, plan, workdir, queue, p))
+                workers = [lane for lane in lanes if lane.rerun_of is None]
+                idle = sum(1 for lane in workers if not lane.started)
+                while (
+                    p.import_error is None and len(workers) < self.jobs and queue.remaining() > idle
+                ):
+                    workers.append(self._launch(stack, plan, workdir, queue, p))
+                    lanes.append(workers[-1])
                     idle += 1
-                    workers += 1
-                if hung and p.import_error is None and all(ln.rerun_of is None for ln in lanes):
+                if hung and p.import_error is None and len(workers) == len(lanes):
                     lanes.append(self._launch_alone(stack, plan, workdir / "alone", hung.pop(0), p))
                 if not lanes:
                     break
