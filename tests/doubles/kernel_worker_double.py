@@ -22,6 +22,10 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
                         watchdog reruns it alone
       "hang-beside-others"  "hang-in-turn" beside other workers, "ok" when the plan says
                         the case is rerun alone (a kernel starved while another one hung)
+      "timed-turns"     enters a check turn per batch size as the real worker does, each
+                        lasting `turn_seconds[<case name>][i]`; a null there is a kernel that
+                        hangs in that turn beside other workers (sleeps forever) and returns at
+                        once when the plan says the case is rerun alone; then as "ok"
       "crash"           exits with status 7 after the start event
       "raise"           raises RuntimeError("CUDA error: an illegal memory access was
                         encountered") after the start event, uncaught: Python prints the
@@ -38,6 +42,7 @@ Behaviour: JSON in the environment variable KERNEL_WORKER_DOUBLE, keys all optio
                                       plan's GPU lock if any) with the product's `gpu_turn`,
                                       waiting pulse (this often; default the product's) and
                                       turn events
+  turn_seconds: {"<case name>": [float | null]}   its "timed-turns", one per batch size
   die_before_claiming: path           the first worker to find no file there creates it and
                                       exits with status 9 before claiming a case
 """
@@ -114,6 +119,15 @@ def work(plan: dict[str, Any], policy: dict[str, Any], events: IO[str]) -> int:
                     time.sleep(0.05)
                 with signals.on_gpu("gpu_check", plan["batch_sizes"][0]):
                     time.sleep(3600)
+        if behaviour == "timed-turns":
+            for m, seconds in zip(
+                plan["batch_sizes"], policy["turn_seconds"][case["name"]], strict=True
+            ):
+                with gpu_turn(lock, exclusive=False), signals.on_gpu("gpu_check", m):
+                    if seconds is not None:
+                        time.sleep(seconds)
+                    elif not plan.get("alone"):
+                        time.sleep(3600)
         time.sleep(float(policy.get("case_seconds", 0.0)))
         with (
             gpu_turn(

@@ -164,7 +164,8 @@ def register(sub: Any) -> None:
         metavar="S",
         help="seconds a case's check or timing may hold the GPU before its kernel counts as "
         "hung; never more than --timeout (default: %(default)g; the longest such turn "
-        "recorded on an H100/H200 took 7.3 s)",
+        "recorded on an H100/H200 took 7.3 s). Beside other workers a case that finished a turn "
+        "gets 8x its longest, at least 10 s: a hang there is rerun alone under this limit",
     )
     p.add_argument(
         "--jobs",

@@ -17,7 +17,9 @@ Its result is that rerun's, with the hang beside the others kept as `first_attem
 other workers, that the records alone cannot tell from a kernel starved by another's hang.
 Reruns once came only after the last case: a run that a deadline cut first left every hang a
 single attempt, which a resumed sweep ran again beside others (gen7 call 16 met 17 hangs of
-0.1.4's and 0.1.5's FP8 dense GEMMs in 568 s and decided none).
+0.1.4's and 0.1.5's FP8 dense GEMMs in 568 s and decided none). Since the rerun alone decides,
+a turn beside the others is hung sooner, once its case has finished a turn to measure it by:
+after `TURN_FACTOR` times the longest, at least `GPU_FLOOR_S`, at most `gpu_timeout_s`.
 A worker that dies mid-case leaves a "crash" with its exit status and log tail. A worker stops
 by itself after a case that raised (a CUDA error can poison its context), and a fresh one
 picks up the next case. With `jobs` > 1 that many workers run at once, each claiming the next
@@ -65,6 +67,16 @@ class SuiteRun:
 # Four times the longest GPU turn of 11,700 recorded batches (a check turn of 7.3 s on an H100
 # that 18 workers shared).
 DEFAULT_GPU_TIMEOUT_S = 30.0
+
+# Beside other workers, where a hang is only a first attempt (the rerun alone decides it), a turn
+# is hung after this many times the longest turn the case finished, at least GPU_FLOOR_S and at
+# most the GPU limit: 2x for the next batch size's doubled work, 4x the margin the GPU limit
+# keeps over the longest turn recorded. Gen7 calls 17 - 18 spent 21 of 27 case results on hangs
+# of 0.1.4's and 0.1.5's FP8 dense GEMMs at 1024 - 2048 tokens, each holding its shared turn,
+# and every timing loop queued behind it, for the whole 30 s; a dense FP8 check turn of gen7 took
+# at most 0.54 s at 512 tokens and 1.26 s at 1024, the longest of its 17,519 batches 5.86 s.
+TURN_FACTOR = 8.0
+GPU_FLOOR_S = 10.0
 
 # A hung kernel ignores SIGTERM; a healthy worker exits at once.
 KILL_GRACE_SECONDS = 5.0
@@ -149,6 +161,9 @@ class _Progress:
     def take(self, events: list[dict[str, Any]], lane: _Lane) -> None:
         for event in events:
             kind = event.get("event")
+            at = event.get("time")
+            at = float(at) if isinstance(at, (int, float)) else None
+            lane.passed(at)
             fields = {k: v for k, v in event.items() if k not in ("event", "time")}
             if kind == "env":
                 self.env = fields
@@ -160,6 +175,7 @@ class _Progress:
                 lane.current = lane.run_index(int(event["index"]))
                 lane.started = True
                 lane.stage = "start"
+                lane.longest_turn = None
             elif kind == "progress":
                 m = event.get("m")
                 lane.stage = str(event.get("stage")) + ("" if m is None else f" m={m}")
@@ -167,6 +183,7 @@ class _Progress:
                 self.settle(lane, lane.run_index(int(event["index"])), dict(event["result"]))
                 lane.current = None
             lane.on_gpu = kind == "progress" and event.get("on_gpu") is True
+            lane.turn_began = at if lane.on_gpu else None
 
     def settle(self, lane: _Lane, index: int, result: dict[str, Any]) -> None:
         """Case `index`'s result; a rerun alone's keeps the hang it replaces as `first_attempt`."""
@@ -198,6 +215,13 @@ class _Lane:
     # first, possibly compiling, call), "timed".
     stage: str = "launch"
     on_gpu: bool = False  # the last event entered a GPU turn
+    turn_began: float | None = None  # the worker's clock when it entered that turn
+    longest_turn: float | None = None  # seconds, of the turns its current case finished
+
+    def passed(self, at: float | None) -> None:
+        """The worker's event at `at` (its clock) came: a turn it was in has ended."""
+        if self.on_gpu and self.turn_began is not None and at is not None:
+            self.longest_turn = max(self.longest_turn or 0.0, at - self.turn_began)
 
     def run_index(self, index: int) -> int:
         """The run's index of case `index` of this worker's plan."""
@@ -214,10 +238,12 @@ class Watchdog:
         poll_s: float = 0.2,
         jobs: int = 1,
         gpu_timeout_s: float | None = None,
+        gpu_floor_s: float = GPU_FLOOR_S,
     ) -> None:
         self.timeout_s = timeout_s
         # Never longer than the limit outside a turn.
         self.gpu_timeout_s = min(timeout_s, gpu_timeout_s or timeout_s)
+        self.gpu_floor_s = gpu_floor_s
         self.worker = tuple(worker)
         self.clock = clock
         self.sleep = sleep
@@ -337,18 +363,21 @@ class Watchdog:
             p.take(lane.reader.read(), lane)
             _exited(lane, plan, p)
             return True
-        limit = self.gpu_timeout_s if lane.on_gpu else self.timeout_s
+        beside = hung is not None and lane.rerun_of is None
+        limit = self._gpu_limit(lane, beside) if lane.on_gpu else self.timeout_s
         if self.clock() - lane.last_pulse > limit:
             stop_group(lane.proc, KILL_GRACE_SECONDS)
             stalled = lane.current if lane.current is not None else _claim(lane)
             where = f"in its GPU turn ({lane.stage})" if lane.on_gpu else f"after {lane.stage}"
             if lane.rerun_of is not None:
                 where += ", rerun alone"
+            elif lane.on_gpu and limit < self.gpu_timeout_s:
+                where += ", beside other workers"
             if stalled is not None:
                 hang = {
                     "case": plan["cases"][stalled],
                     "state": CaseState.HANG.value,
-                    "reason": f"no progress for {limit:g} s {where}; "
+                    "reason": f"no progress for {round(limit, 1):g} s {where}; "
                     "worker process group killed, next case runs in a fresh process",
                     "batches": [],
                 }
@@ -357,6 +386,14 @@ class Watchdog:
                     hung.append(stalled)
             return True
         return False
+
+    def _gpu_limit(self, lane: _Lane, beside: bool) -> float:
+        """The limit inside the lane's GPU turn: shorter beside other workers, once its case has
+        finished a turn to measure it by (`TURN_FACTOR`); a hang there is rerun alone under the
+        whole GPU limit, so a slow turn cut short costs that rerun, not a verdict."""
+        if not beside or lane.longest_turn is None:
+            return self.gpu_timeout_s
+        return min(self.gpu_timeout_s, max(self.gpu_floor_s, TURN_FACTOR * lane.longest_turn))
 
 
 def _claim(lane: _Lane) -> int | None:
