@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.watchdog import Watchdog
+from humming_matrix.kernels.watchdog import SuiteRun, Watchdog
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kernel_worker_double.py"
 WORKER = (sys.executable, str(DOUBLE))
@@ -341,23 +341,34 @@ def test_a_case_that_hung_beside_other_workers_is_rerun_alone_and_judged_by_that
     ]
 
 
+def _timed_turns(
+    work: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    turns: dict[int, list[float | None]],
+    jobs: int,
+    floor_s: float,
+) -> SuiteRun:
+    """The plan on `jobs` workers (20 s GPU limit, a floor of `floor_s` beside others), case i
+    taking check turns of `turns[i]` seconds per batch size (None: hangs unless alone)."""
+    _policy(
+        monkeypatch,
+        cases={NAMES[i]: "timed-turns" for i in turns},
+        turn_seconds={NAMES[i]: seconds for i, seconds in turns.items()},
+        pulse_s=0.2,
+    )
+    dog = Watchdog(
+        timeout_s=60, worker=WORKER, poll_s=0.05, jobs=jobs, gpu_timeout_s=20, gpu_floor_s=floor_s
+    )
+    return dog.run(_plan(), work)
+
+
 def test_beside_other_workers_a_turn_is_hung_sooner_once_its_case_finished_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Case 0's check at 1 token takes 0.01 s, its check at 2048 hangs beside the other worker
     # (and goes through alone): 8x its longest turn is under the 0.5 s floor, so the hang is
     # cut at 0.5 s, not at the 20 s GPU limit, which the rerun alone keeps.
-    _policy(
-        monkeypatch,
-        cases={NAMES[0]: "timed-turns"},
-        turn_seconds={NAMES[0]: [0.01, None]},
-        pulse_s=0.2,
-    )
-    work = tmp_path / "w"
-    dog = Watchdog(
-        timeout_s=60, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=20, gpu_floor_s=0.5
-    )
-    run = dog.run(_plan(), work)
+    run = _timed_turns(tmp_path / "w", monkeypatch, {0: [0.01, None]}, jobs=2, floor_s=0.5)
     assert [r.get("state") for r in run.results] == [None, None, None, None]
     assert run.results[0]["first_attempt"] == {
         "state": "hang",
@@ -373,17 +384,8 @@ def test_beside_other_workers_the_limit_is_eight_times_the_cases_longest_turn(
     # Both cases check 1 token in 0.3 s: at 2048 a turn may then take 8 x 0.3 = 2.4 s. Case 0's
     # 1.2 s goes through; case 1's 3 s is cut beside the other worker and goes through when
     # rerun alone, under the whole 20 s GPU limit.
-    _policy(
-        monkeypatch,
-        cases={NAMES[0]: "timed-turns", NAMES[1]: "timed-turns"},
-        turn_seconds={NAMES[0]: [0.3, 1.2], NAMES[1]: [0.3, 3.0]},
-        pulse_s=0.2,
-    )
-    work = tmp_path / "w"
-    dog = Watchdog(
-        timeout_s=60, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=20, gpu_floor_s=0.1
-    )
-    run = dog.run(_plan(), work)
+    turns: dict[int, list[float | None]] = {0: [0.3, 1.2], 1: [0.3, 3.0]}
+    run = _timed_turns(tmp_path / "w", monkeypatch, turns, jobs=2, floor_s=0.1)
     assert [r.get("state") for r in run.results] == [None, None, None, None]
     assert ["first_attempt" in r for r in run.results] == [False, True, False, False]
     # The limit, 8x the measured 0.3 s turn, to a tenth of a second.
@@ -398,16 +400,8 @@ def test_alone_a_turn_has_the_whole_gpu_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One worker and no lock of another run's: nothing shares the GPU and nothing is rerun, so a
-    # 3 s turn after a 0.01 s one is no hang (8x would be 0.08 s, the floor 0.5 s).
-    _policy(
-        monkeypatch,
-        cases={NAMES[0]: "timed-turns"},
-        turn_seconds={NAMES[0]: [0.01, 3.0]},
-    )
-    dog = Watchdog(
-        timeout_s=60, worker=WORKER, poll_s=0.05, jobs=1, gpu_timeout_s=20, gpu_floor_s=0.5
-    )
-    run = dog.run(_plan(), tmp_path / "w")
+    # 3 s turn after a 0.01 s one is no hang (beside others it would be cut at the 0.5 s floor).
+    run = _timed_turns(tmp_path / "w", monkeypatch, {0: [0.01, 3.0]}, jobs=1, floor_s=0.5)
     assert [r.get("state") for r in run.results] == [None, None, None, None]
     assert ["first_attempt" in r for r in run.results] == [False] * 4
     assert [r["batches"][1]["m"] for r in run.results] == [2048] * 4
