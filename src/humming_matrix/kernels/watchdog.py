@@ -162,8 +162,10 @@ class _Progress:
         for event in events:
             kind = event.get("event")
             at = event.get("time")
-            at = float(at) if isinstance(at, (int, float)) else None
-            lane.passed(at)
+            lane.saw(
+                float(at) if isinstance(at, (int, float)) else None,
+                kind == "progress" and event.get("on_gpu") is True,
+            )
             fields = {k: v for k, v in event.items() if k not in ("event", "time")}
             if kind == "env":
                 self.env = fields
@@ -182,8 +184,6 @@ class _Progress:
             elif kind == "case":
                 self.settle(lane, lane.run_index(int(event["index"])), dict(event["result"]))
                 lane.current = None
-            lane.on_gpu = kind == "progress" and event.get("on_gpu") is True
-            lane.turn_began = at if lane.on_gpu else None
 
     def settle(self, lane: _Lane, index: int, result: dict[str, Any]) -> None:
         """Case `index`'s result; a rerun alone's keeps the hang it replaces as `first_attempt`."""
@@ -218,10 +218,13 @@ class _Lane:
     turn_began: float | None = None  # the worker's clock when it entered that turn
     longest_turn: float | None = None  # seconds, of the turns its current case finished
 
-    def passed(self, at: float | None) -> None:
-        """The worker's event at `at` (its clock) came: a turn it was in has ended."""
+    def saw(self, at: float | None, on_gpu: bool) -> None:
+        """An event of the worker at `at` (its clock), entering a GPU turn (`on_gpu`) or not: a
+        turn it was in has ended."""
         if self.on_gpu and self.turn_began is not None and at is not None:
             self.longest_turn = max(self.longest_turn or 0.0, at - self.turn_began)
+        self.on_gpu = on_gpu
+        self.turn_began = at if on_gpu else None
 
     def run_index(self, index: int) -> int:
         """The run's index of case `index` of this worker's plan."""
