@@ -481,3 +481,33 @@ def test_a_hang_beside_other_workers_is_listed_apart_from_one_that_came_back_alo
         "| 0.1.20 | moe-down-mxfp4-bf16-2048x768-e128k8-wide-scales | hang in 1 of 2 runs |  | no "
         "progress for 30 s in its GPU turn (gpu_check m=2048), rerun alone | gen9 |",
     ]
+
+
+def test_a_hang_cut_short_beside_others_never_replaces_a_run_that_decided_the_case(
+    tmp_path: Path,
+) -> None:
+    # Gen7 calls 19 - 20: beside other workers the watchdog cuts a turn at 10 s, for its rerun
+    # alone to decide; where the deadline came first, that attempt is the newest record of the
+    # case, and gen2's run (within tolerance) stays its evidence. Where nothing else ran the
+    # case, the cut hang is all there is, and the index says so.
+    _write(tmp_path, "gen2/call1", _record("0.1.20", "old"))
+    cut = _record("0.1.20", "cut")
+    cut_reason = (
+        "no progress for 10 s in its GPU turn (gpu_check m=1024), beside other workers; "
+        "worker process group killed, next case runs in a fresh process"
+    )
+    for case in cut["cases"][:2]:
+        case.update(state="hang", reason=cut_reason, batches=[])
+    _write(tmp_path, "gen9/call1", cut)
+    alone = _record("0.1.19", "cut-only")
+    alone["cases"] = alone["cases"][:1]
+    alone["cases"][0].update(state="hang", reason=cut_reason, batches=[])
+    _write(tmp_path, "gen10/call1", alone)
+    text = _generated(tmp_path)
+    assert _table(text, "## 1. Coverage")[1:] == [
+        "| 0.1.19 | 1 | 0 | gen10 1 | H200 | 0 | 0 | 0 | 1 | 1-76, 78-84 | 77 |",
+        "| 0.1.20 | 8 | 0 | gen9 6, gen2 2 | H200 | 0 | 3 | 0 | 0 | 1-76 | 77-84 |",
+    ]
+    assert _table(text, "## 2. Out of tolerance")[1:] == [
+        f"| 0.1.19 | {alone['cases'][0]['name']} | hang |  | {cut_reason} | gen10 |"
+    ]

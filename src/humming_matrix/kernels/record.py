@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from humming_matrix.kernels.assess import CaseState, assess_case
-from humming_matrix.kernels.watchdog import SuiteRun, crash_cause
+from humming_matrix.kernels.watchdog import CUT_SHORT, SuiteRun, crash_cause
 from humming_matrix.store.kernels import KERNEL_RECORD, Settings
 from humming_matrix.store.records import read_json
 from humming_matrix.store.results import (
@@ -133,6 +133,13 @@ def hang_not_rerun(case: Mapping[str, Any]) -> bool:
     interrupt or a deadline first): one attempt, not a verdict, so a resumed sweep runs it again
     (gen7 call 10's 0.1.10 AWQ q/k/v)."""
     return case.get("state") == CaseState.HANG.value and not case.get("first_attempt")
+
+
+def cut_short(case: Mapping[str, Any]) -> bool:
+    """A hang beside other workers at the watchdog's shorter limit there (`TURN_FACTOR` times
+    the case's longest turn), whose rerun alone never came: a turn cut short on purpose, since
+    the rerun was to decide it, so weaker evidence than any run that decided the case."""
+    return hang_not_rerun(case) and CUT_SHORT in str(case.get("reason", ""))
 
 
 def gpu_name(record: Mapping[str, Any]) -> str | None:

@@ -77,6 +77,8 @@ DEFAULT_GPU_TIMEOUT_S = 30.0
 # at most 0.54 s at 512 tokens and 1.26 s at 1024, the longest of its 17,519 batches 5.86 s.
 TURN_FACTOR = 8.0
 GPU_FLOOR_S = 10.0
+# In the reason of a hang cut at that shorter limit (`record.cut_short`).
+CUT_SHORT = ", beside other workers"
 
 # A hung kernel ignores SIGTERM; a healthy worker exits at once.
 KILL_GRACE_SECONDS = 5.0
@@ -375,7 +377,7 @@ class Watchdog:
             if lane.rerun_of is not None:
                 where += ", rerun alone"
             elif lane.on_gpu and limit < self.gpu_timeout_s:
-                where += ", beside other workers"
+                where += CUT_SHORT
             if stalled is not None:
                 hang = {
                     "case": plan["cases"][stalled],
