@@ -262,13 +262,15 @@ def test_a_case_with_nothing_to_time_takes_no_timing_turn(
     assert stages == ["built", "batch", "batch"]
 
 
-@pytest.mark.parametrize("alone", [False, True], ids=["beside-others", "rerun-alone"])
-def test_a_case_rerun_alone_has_the_gpu_to_itself_from_its_first_launch(
+@pytest.mark.parametrize("alone", [False, True], ids=["beside-others", "alone"])
+def test_a_case_run_alone_holds_the_gpu_from_its_first_launch_to_its_timing(
     tmp_path: Any, alone: bool
 ) -> None:
     # Another worker's check holds the GPU (shared) until this case waits for it. Beside others,
     # the case launches and checks under that shared turn and first waits for its timing turn;
-    # rerun alone (the watchdog's rerun of a hang), it waits before its first launch.
+    # run alone (the watchdog's rerun of a hang, `kernels --alone`), it waits once, before its
+    # first launch, and holds the GPU until its timing is done: a check asked for meanwhile
+    # waits for all of it.
     lock = str(tmp_path / "gpu.lock")
     plan = {**PLAN, "gpu_lock": lock, "alone": alone}
     stream = io.StringIO()
@@ -286,6 +288,12 @@ def test_a_case_rerun_alone_has_the_gpu_to_itself_from_its_first_launch(
         deadline = time.monotonic() + 300
         while "gpu_wait" not in stages() and time.monotonic() < deadline:
             time.sleep(0.2)
+    if alone:
+        deadline = time.monotonic() + 300
+        while "gpu_check" not in stages() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with probe.gpu_turn(lock, exclusive=False):
+            timed_first = "timed" in stages()
     worker.join(300)
     assert done, "the case never finished"
     state, _ = assess_case(done[0])
@@ -295,6 +303,9 @@ def test_a_case_rerun_alone_has_the_gpu_to_itself_from_its_first_launch(
     if alone:
         assert seen[:first_wait] == ["built"]
         assert first_wait < seen.index("first_call") < first_check
+        assert "gpu_wait" not in seen[seen.index("first_call") :]
+        assert timed_first
+        assert done[0]["alone_wait_seconds"] > 0
     else:
         assert "first_call" not in seen
         assert first_wait > max(i for i, stage in enumerate(seen) if stage == "gpu_check")

@@ -193,6 +193,37 @@ def test_jobs_below_one_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.Mon
     )
 
 
+def test_alone_runs_the_cases_it_names_alone_and_the_record_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # QWEN hangs in its check beside other workers and not alone: named, it runs alone only,
+    # so its record is that run's, with no hang beside others before it.
+    code = _run(
+        tmp_path,
+        monkeypatch,
+        {"cases": {QWEN: "hang-beside-others"}},
+        "--jobs",
+        "2",
+        "--alone",
+        "moe-gate-up-mxfp4-bf16-*k8",
+    )
+    assert code == ExitCode.OK
+    record = _record(tmp_path)
+    assert [c["name"] for c in record["cases"]] == [OSS, OSS_FP8, QWEN, QWEN_FP8]
+    assert [c["state"] for c in record["cases"]] == ["ok"] * 4
+    assert [c.get("alone") for c in record["cases"]] == [None, None, True, None]
+    assert [c.get("first_attempt") for c in record["cases"]] == [None] * 4
+    (alone,) = [json.loads(p.read_text()) for p in (tmp_path / "work" / "alone").glob("plan-*")]
+    assert [c["name"] for c in alone["cases"]] == [QWEN]
+
+
+def test_alone_must_name_a_case_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UsageError) as info:
+        _run(tmp_path, monkeypatch, {}, "--alone", OSS, "qkv-*")
+    assert str(info.value) == "--alone 'qkv-*' matches none of the cases run"
+    assert not (tmp_path / "store").exists()
+
+
 def test_bad_usage_is_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "humming_matrix", "kernels", "--cases", "nope*"],

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from humming_matrix.kernels.models import SUITE
+from humming_matrix.kernels.record import hang_not_rerun
 from humming_matrix.kernels.watchdog import SuiteRun, Watchdog
 
 DOUBLE = Path(__file__).resolve().parents[1] / "doubles" / "kernel_worker_double.py"
@@ -339,6 +340,66 @@ def test_a_case_that_hung_beside_other_workers_is_rerun_alone_and_judged_by_that
     assert sorted(p.name for p in (work / "alone").glob("plan-*.json")) == [
         f"plan-{run.launches}.json"
     ]
+
+
+def _named_alone(
+    work: Path, monkeypatch: pytest.MonkeyPatch, index: int, behaviour: str
+) -> SuiteRun:
+    """The plan on two workers (1 s GPU limit), case `index` (of the double's `behaviour`)
+    named to run alone."""
+    _policy(monkeypatch, cases={NAMES[index]: behaviour}, pulse_s=0.2)
+    dog = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05, jobs=2, gpu_timeout_s=1)
+    return dog.run({**_plan(), "alone_cases": [index]}, work)
+
+
+def test_cases_the_plan_names_run_alone_from_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Case 1 would stick beside the other workers; named to run alone (a sweep resuming a hang
+    # an earlier call never reran), it runs alone only: no attempt beside the others to cut.
+    work = tmp_path / "w"
+    run = _named_alone(work, monkeypatch, 1, "hang-beside-others")
+    assert [r["case"]["name"] for r in run.results] == NAMES
+    assert [r.get("state") for r in run.results] == [None] * 4
+    assert [r.get("alone") for r in run.results] == [None, True, None, None]
+    assert ["first_attempt" in r for r in run.results] == [False] * 4
+    # The workers beside share the other three; case 1 has a worker and plan of its own.
+    shared = [json.loads(p.read_text()) for p in work.glob("plan-*.json")]
+    assert {tuple(c["name"] for c in plan["cases"]) for plan in shared} == {
+        (NAMES[0], NAMES[2], NAMES[3])
+    }
+    (alone,) = [json.loads(p.read_text()) for p in (work / "alone").glob("plan-*.json")]
+    assert (alone["cases"], alone["alone"]) == ([CASES[1]], True)
+
+
+def test_a_hang_of_a_case_run_alone_is_its_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Case 2 hangs in its check alone too: that hang decides it, and nothing reruns it.
+    work = tmp_path / "w"
+    run = _named_alone(work, monkeypatch, 2, "hang-in-turn")
+    assert [r.get("state") for r in run.results] == [None, None, "hang", None]
+    assert run.results[2]["reason"] == (
+        "no progress for 1 s in its GPU turn (gpu_check m=1), run alone; worker process group "
+        "killed, next case runs in a fresh process"
+    )
+    assert run.results[2]["alone"] is True
+    assert not hang_not_rerun(run.results[2])
+    assert len(list((work / "alone").glob("plan-*.json"))) == 1
+
+
+def test_without_a_gpu_lock_nothing_is_beside_a_case_and_it_runs_as_any_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _policy(monkeypatch)
+    work = tmp_path / "w"
+    run = Watchdog(timeout_s=30, worker=WORKER, poll_s=0.05).run(
+        {**_plan(), "alone_cases": [1]}, work
+    )
+    assert [r.get("state") for r in run.results] == [None] * 4
+    assert [r.get("alone") for r in run.results] == [None] * 4
+    assert not (work / "alone").exists()
+    assert run.launches == 1
 
 
 def _timed_turns(

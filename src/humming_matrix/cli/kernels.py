@@ -10,6 +10,7 @@ such a version). The record is written in every case but the no-GPU one.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import signal
 import subprocess
@@ -109,6 +110,15 @@ def register(sub: Any) -> None:
         help="shell-style patterns of case names (default: every case)",
     )
     p.add_argument(
+        "--alone",
+        nargs="+",
+        metavar="PATTERN",
+        help="of the cases run, those to run alone from the start (shell-style patterns): "
+        "each holds the GPU to itself from its checks to its timing, beside the other "
+        "workers' builds, and a hang there decides it; for cases that hung beside others "
+        "in an earlier run (the watchdog reruns such a hang alone in any case)",
+    )
+    p.add_argument(
         "--batch-sizes",
         nargs="+",
         metavar="M",
@@ -206,6 +216,7 @@ def handle(
     worker: Sequence[str] = DEFAULT_WORKER,
 ) -> int:
     cases = select_cases(args.cases, SUITE)
+    alone = _alone(args.alone, cases)
     if args.list:
         for case in cases:
             print(f"{case.name}\t{case.model}\t{case.layer}")
@@ -250,6 +261,7 @@ def handle(
         "cache_dir": str(args.input_cache) if args.input_cache else None,
         "ceilings": True,
         "gpu_lock": str(args.gpu_lock) if args.gpu_lock else None,
+        "alone_cases": alone,
     }
     complete = True
     # From before the GPU check (its child imports torch: seconds, more on a loaded machine): a
@@ -282,6 +294,18 @@ def handle(
     if state in (CaseState.OK, CaseState.UNSUPPORTED):
         return int(ExitCode.OK)
     return int(ExitCode.FAILED)
+
+
+def _alone(patterns: Sequence[str] | None, cases: Sequence[Any]) -> list[int]:
+    """The indices of the cases `--alone` names; each pattern must match a case run."""
+    for pattern in patterns or []:
+        if not any(fnmatch.fnmatchcase(c.name, pattern) for c in cases):
+            raise UsageError(f"--alone {pattern!r} matches none of the cases run")
+    return [
+        i
+        for i, c in enumerate(cases)
+        if any(fnmatch.fnmatchcase(c.name, pattern) for pattern in patterns or [])
+    ]
 
 
 def _interruption(run: SuiteRun, total: int) -> str:

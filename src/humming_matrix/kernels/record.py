@@ -130,9 +130,14 @@ def hung_only_beside_others(case: Mapping[str, Any]) -> bool:
 
 def hang_not_rerun(case: Mapping[str, Any]) -> bool:
     """The case hung beside other workers and the watchdog's rerun alone never came (an
-    interrupt or a deadline first): one attempt, not a verdict, so a resumed sweep runs it again
-    (gen7 call 10's 0.1.10 AWQ q/k/v)."""
-    return case.get("state") == CaseState.HANG.value and not case.get("first_attempt")
+    interrupt or a deadline first): one attempt, not a verdict, so a resumed sweep runs it again,
+    alone (gen7 call 10's 0.1.10 AWQ q/k/v). A case run alone from the start (`"alone"`) is
+    decided by that run."""
+    return (
+        case.get("state") == CaseState.HANG.value
+        and not case.get("first_attempt")
+        and not case.get("alone")
+    )
 
 
 def cut_short(case: Mapping[str, Any]) -> bool:

@@ -27,7 +27,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -475,6 +475,34 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
     if rows is not None:
         result["dense_kernels"] = rows
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
+    with ExitStack() as held:
+        if plan.get("alone"):
+            # A case run alone (`watchdog`) holds the GPU from here to its last timing, once: its
+            # turns taken one by one each waited for the shared turns in flight (gen7 call 18:
+            # 0.1.4's FP8-block q/k/v waited 279.6 s for 39 checks and 128.7 s for 13 first
+            # calls, against 7.3 s of checks). Its build, a JIT compile, stays outside.
+            began = time.perf_counter()
+            held.enter_context(gpu_turn(lock, exclusive=True, waiting=signals.waiting))
+            result["alone_wait_seconds"] = time.perf_counter() - began
+            plan = dict(plan, gpu_lock=None)
+        _check_and_time(case, layer, weights, plan, device, rule, signals, result)
+    del layer
+    torch.cuda.empty_cache()
+    return result
+
+
+def _check_and_time(
+    case: KernelCase,
+    layer: Any,
+    weights: Weights,
+    plan: dict[str, Any],
+    device: Any,
+    rule: Int8Rule,
+    signals: CaseSignals,
+    result: dict[str, Any],
+) -> None:
+    """Every batch size's checks, then their timing, into `result` (the built `layer`)."""
+    lock = plan.get("gpu_lock")
     # Under the long limit: uploading and reducing a checkpoint (gpt-oss's 32 experts of 5760 x
     # 2880) is untimed, so no short bound is known for it.
     with gpu_turn(lock, exclusive=False, waiting=signals.waiting):
@@ -486,7 +514,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
         result["batches"].append(batch)
         if timer is not None:
             timed.append((batch, timer))
-        events.emit("progress", index=index, stage="batch", m=m)
+        signals.events.emit("progress", index=signals.index, stage="batch", m=m)
     del checkpoint
     # Every batch size timed in one turn alone on the GPU: a timing loop waits for the checks
     # running beside it to end, and blocks new ones, once per case rather than once per batch.
@@ -499,10 +527,7 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
             for batch, timer in timed:
                 if not timer.run(batch, int(plan["repeats"])):
                     break  # the context may be poisoned: the worker exits after this case
-        events.emit("progress", index=index, stage="timed")
-    del layer, timed
-    torch.cuda.empty_cache()
-    return result
+        signals.events.emit("progress", index=signals.index, stage="timed")
 
 
 @dataclass(frozen=True)
@@ -576,7 +601,8 @@ def run_batch(
         batch["quant_err"] = []
     watch = _Stopwatch(signals)
     lock = plan.get("gpu_lock")
-    alone = bool(plan.get("alone"))  # `watchdog.Watchdog`'s rerun of a case that hung
+    # Run alone (`watchdog`): `run_case` holds the GPU for the whole case, the plan's lock None.
+    alone = bool(plan.get("alone"))
     timer: _Timing | None = None
     try:
         for draw in range(int(plan["draws"])):
@@ -593,19 +619,16 @@ def run_batch(
             fn = layer.call(x_gpu, moe)
             began = watch.add("inputs", began)
             if draw == 0:
-                # The first call JIT-compiles: CPU work, kept out of the GPU lock, unless the
-                # case is rerun alone after a hang (its kernels then cached, its launches alone).
-                with gpu_turn(lock, waiting=signals.waiting) if alone else nullcontext():
-                    if alone:
-                        # A hang here then reads "after first_call m=2048", not "after
-                        # gpu_wait" (gen6 call 18: which batch size hung was not recorded).
-                        signals.events.emit(
-                            "progress", index=signals.index, stage="first_call", m=m
-                        )
-                    fn()
-                    torch.cuda.synchronize()
+                # The first call JIT-compiles: CPU work, kept out of the GPU lock, except for a
+                # case run alone, which holds the GPU already (its launches alone).
+                if alone:
+                    # A hang here then reads "after first_call m=2048", not "after gpu_wait"
+                    # (gen6 call 18: which batch size hung was not recorded).
+                    signals.events.emit("progress", index=signals.index, stage="first_call", m=m)
+                fn()
+                torch.cuda.synchronize()
                 watch.add("compile", began)
-            with watch.turn(lock, "gpu_check", exclusive=alone, m=m):
+            with watch.turn(lock, "gpu_check", exclusive=False, m=m):
                 out = fn().contiguous()
                 torch.cuda.synchronize()
                 same = 0

@@ -9,10 +9,14 @@ behind it. Inside a turn of its own (its last event says `on_gpu`) a worker runs
 so it is hung after `gpu_timeout_s`, a shorter limit: every worker of the machine waits while a
 hung kernel holds the lock (gen6 calls 12 - 14 lost 90 - 150 s of the whole machine a hang).
 Where other workers shared the GPU (`jobs` > 1, or a lock shared with other runs), each case
-that hung is run once more, alone: one worker of its own, its first call and checks taking the
-GPU lock exclusively (`"alone"` in its plan), started as soon as the hang is seen (one rerun at a
-time; the other workers go on with the queue, their GPU turns waiting while it holds the lock).
-Its result is that rerun's, with the hang beside the others kept as `first_attempt`: gen6 calls
+that hung is run once more, alone: one worker of its own that holds the GPU lock exclusively
+from its checkpoint upload to its timing (`"alone"` in its plan, `runner.run_case`), started as
+soon as the hang is seen (`ALONE_LANES` at a time; the other workers go on with the queue, their
+GPU turns waiting while it holds the lock). Cases the caller names (`"alone_cases"` in the plan:
+`kernels --alone`, a sweep resuming hangs an earlier call never reran) run alone from the
+start, the same way, and skip the attempt beside the others. A case run alone is marked
+`"alone": true`; a rerun's result is that rerun's, with the hang beside the others kept as
+`first_attempt`: gen6 calls
 15 - 17 recorded 53 hangs of dense GEMMs at 2048 tokens inside their check turns, beside 15
 other workers, that the records alone cannot tell from a kernel starved by another's hang.
 Reruns once came only after the last case: a run that a deadline cut first left every hang a
@@ -79,6 +83,11 @@ TURN_FACTOR = 8.0
 GPU_FLOOR_S = 10.0
 # In the reason of a hang cut at that shorter limit (`record.cut_short`).
 CUT_SHORT = ", beside other workers"
+
+# Cases run alone at once: their GPU work takes turns on the lock, so two overlap only a
+# worker's start, weights and build (a cold JIT compile of an old release's dense table takes
+# minutes) with the other's turn on the GPU.
+ALONE_LANES = 2
 
 # A hung kernel ignores SIGTERM; a healthy worker exits at once.
 KILL_GRACE_SECONDS = 5.0
@@ -188,13 +197,13 @@ class _Progress:
                 lane.current = None
 
     def settle(self, lane: _Lane, index: int, result: dict[str, Any]) -> None:
-        """Case `index`'s result; a rerun alone's keeps the hang it replaces as `first_attempt`."""
-        if lane.rerun_of is not None:
-            first = self.results[index]
-            result = {
-                **result,
-                "first_attempt": {"state": first["state"], "reason": first["reason"]},
-            }
+        """Case `index`'s result; one run alone is marked so, and a rerun alone's keeps the hang
+        it replaces as `first_attempt`."""
+        if lane.alone:
+            result = {**result, "alone": True}
+            first = self.results.get(index)
+            if first is not None:
+                result["first_attempt"] = {"state": first["state"], "reason": first["reason"]}
         self.results[index] = result
 
 
@@ -207,8 +216,10 @@ class _Lane:
     log_path: Path
     resources: ExitStack
     last_pulse: float
-    queue: CaseQueue  # the cases its plan holds: the run's, or the one it reruns alone
-    rerun_of: int | None = None  # the run's case that this worker reruns alone
+    queue: CaseQueue  # the cases its plan holds: the run's, or the one it runs alone
+    # The run's index of each case of its plan; None: the same (the plan is the run's).
+    indices: tuple[int, ...] | None = None
+    alone: bool = False  # it runs one case alone (`Watchdog._launch_alone`)
     current: int | None = None  # the run's case it started and has not finished
     started: bool = False  # it claimed at least one case
     # Its last event, for a hang's reason: "start" (built nothing yet), "built", "batch m=16",
@@ -230,7 +241,7 @@ class _Lane:
 
     def run_index(self, index: int) -> int:
         """The run's index of case `index` of this worker's plan."""
-        return index if self.rerun_of is None else self.rerun_of
+        return index if self.indices is None else self.indices[index]
 
 
 class Watchdog:
@@ -276,27 +287,34 @@ class Watchdog:
 
     def _pass(self, plan: dict[str, Any], workdir: Path, p: _Progress) -> None:
         """Every case of `plan` on up to `jobs` workers, what they report going into `p`; under
-        a GPU lock, beside them one worker at a time reruns alone a case that hung."""
+        a GPU lock, beside them `ALONE_LANES` workers run alone the cases the plan names and
+        those that hung."""
         workdir.mkdir(parents=True, exist_ok=True)
-        queue = CaseQueue(workdir / "queue", len(plan["cases"]))
+        # With no lock nothing shares the GPU: every case runs alone as it is.
+        locked = bool(plan.get("gpu_lock"))
+        alone = sorted(set(plan.get("alone_cases") or [])) if locked else []
+        # The cases to run alone, oldest hang first after those the plan names.
+        hung: list[int] | None = list(alone) if locked else None
+        beside = [i for i in range(len(plan["cases"])) if i not in alone]
+        indices = tuple(beside) if alone else None
+        shared = dict(plan, cases=[plan["cases"][i] for i in beside]) if alone else plan
+        queue = CaseQueue(workdir / "queue", len(beside))
         queue.reset()
-        # The hangs beside other workers still to rerun, oldest first.
-        hung: list[int] | None = [] if plan.get("gpu_lock") else None
         lanes: list[_Lane] = []
         with ExitStack() as stack:
             # Runs last on the way out, after every lane's process group is gone: an interrupt
             # keeps the cases the workers finished since the last poll.
             stack.push(lambda kind, exc, tb: _keep_finished(lanes, p) if kind else None)
             while True:
-                workers = [lane for lane in lanes if lane.rerun_of is None]
+                workers = [lane for lane in lanes if not lane.alone]
                 idle = sum(1 for lane in workers if not lane.started)
                 while (
                     p.import_error is None and len(workers) < self.jobs and queue.remaining() > idle
                 ):
-                    workers.append(self._launch(stack, plan, workdir, queue, p))
+                    workers.append(self._launch(stack, shared, workdir, queue, p, indices))
                     lanes.append(workers[-1])
                     idle += 1
-                if hung and p.import_error is None and len(workers) == len(lanes):
+                while hung and p.import_error is None and len(lanes) - len(workers) < ALONE_LANES:
                     lanes.append(self._launch_alone(stack, plan, workdir / "alone", hung.pop(0), p))
                 if not lanes:
                     break
@@ -315,12 +333,12 @@ class Watchdog:
     def _launch_alone(
         self, stack: ExitStack, plan: dict[str, Any], workdir: Path, index: int, p: _Progress
     ) -> _Lane:
-        """A worker that reruns case `index` alone: a plan of that case only, a queue of its own."""
+        """A worker that runs case `index` alone: a plan of that case only, a queue of its own."""
         workdir.mkdir(parents=True, exist_ok=True)
         queue = CaseQueue(workdir / f"queue-{index + 1}", 1)
         queue.reset()
         rerun = dict(plan, cases=[plan["cases"][index]], ceilings=False, alone=True)
-        return self._launch(stack, rerun, workdir, queue, p, rerun_of=index)
+        return self._launch(stack, rerun, workdir, queue, p, (index,), alone=True)
 
     def _launch(
         self,
@@ -329,7 +347,8 @@ class Watchdog:
         workdir: Path,
         queue: CaseQueue,
         p: _Progress,
-        rerun_of: int | None = None,
+        indices: tuple[int, ...] | None,
+        alone: bool = False,
     ) -> _Lane:
         p.launches += 1
         n = p.launches
@@ -347,12 +366,10 @@ class Watchdog:
         stack.callback(resources.close)
         log = resources.enter_context(log_path.open("wb"))
         argv = [*self.worker, str(plan_path), str(events_path)]
-        env = worker_environment(
-            1 if rerun_of is not None else self.jobs, os.environ, os.cpu_count()
-        )
+        env = worker_environment(1 if alone else self.jobs, os.environ, os.cpu_count())
         proc = resources.enter_context(worker_process(argv, log, env))
         reader = _EventReader(events_path)
-        return _Lane(proc, reader, log_path, resources, self.clock(), queue, rerun_of)
+        return _Lane(proc, reader, log_path, resources, self.clock(), queue, indices, alone)
 
     def _tend(
         self, lane: _Lane, plan: dict[str, Any], p: _Progress, hung: list[int] | None
@@ -368,14 +385,14 @@ class Watchdog:
             p.take(lane.reader.read(), lane)
             _exited(lane, plan, p)
             return True
-        beside = hung is not None and lane.rerun_of is None
+        beside = hung is not None and not lane.alone
         limit = self._gpu_limit(lane, beside) if lane.on_gpu else self.timeout_s
         if self.clock() - lane.last_pulse > limit:
             stop_group(lane.proc, KILL_GRACE_SECONDS)
             stalled = lane.current if lane.current is not None else _claim(lane)
             where = f"in its GPU turn ({lane.stage})" if lane.on_gpu else f"after {lane.stage}"
-            if lane.rerun_of is not None:
-                where += ", rerun alone"
+            if lane.alone:
+                where += ", rerun alone" if stalled in p.results else ", run alone"
             elif lane.on_gpu and limit < self.gpu_timeout_s:
                 where += CUT_SHORT
             if stalled is not None:
@@ -387,7 +404,7 @@ class Watchdog:
                     "batches": [],
                 }
                 p.settle(lane, stalled, hang)
-                if hung is not None and lane.rerun_of is None:
+                if hung is not None and not lane.alone:
                     hung.append(stalled)
             return True
         return False
@@ -413,7 +430,7 @@ def _exited(lane: _Lane, plan: dict[str, Any], p: _Progress) -> None:
         return
     status = lane.proc.returncode
     # A rerun's case is in `p.results` already: the hang it reruns.
-    if lane.current is not None and (lane.current not in p.results or lane.rerun_of is not None):
+    if lane.current is not None and (lane.current not in p.results or lane.alone):
         crash = _crash(
             plan["cases"][lane.current],
             f"worker exited with status {status} during the case",

@@ -72,6 +72,7 @@ class KernelCase:
     spec: Mapping[str, Any] = field(default_factory=dict)
     reason: str | None = None
     first_attempt: FirstAttempt | None = None
+    alone: bool = False  # run with the GPU to itself (`kernels.watchdog`): its hang decides
 
 
 @dataclass(frozen=True)
