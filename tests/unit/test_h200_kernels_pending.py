@@ -17,9 +17,11 @@ def test_the_committed_seventh_generation_lacks_what_the_last_calls_left() -> No
     # Gen7 calls 14 - 15 ran 0.1.7's and 0.1.6's full sweeps whole; calls 15 - 20 cut 0.1.5 and
     # 0.1.4 with hangs beside other workers the deadline left without their rerun alone (0.1.4's
     # case 9 four times, until call 20 reran it alone: it hung there too), which count as not
-    # run: the spans are not a prefix. 0.1.0 - 0.1.3 not begun.
+    # run and are to run alone (after the "!"): the spans are not a prefix. 0.1.0 - 0.1.3 not
+    # begun.
     assert generated(RESULTS / "gen7", "pending.py") == (
-        "0.1.5@11,13-16,23-24,33-84 0.1.4@11,13-16,24,33-34,37-84 0.1.3 0.1.2 0.1.1 0.1.0\n"
+        "0.1.5@35-84!11,13-16,23-24,33-34 0.1.4@11,15,37-38,41-84!13-14,16,24,33-34,39-40"
+        " 0.1.3 0.1.2 0.1.1 0.1.0\n"
     )
 
 
@@ -54,11 +56,17 @@ def test_a_hang_never_rerun_alone_is_still_to_run(tmp_path: Path) -> None:
     gen = tmp_path / "gen9"
     (gen / "call1").mkdir(parents=True)
     whole = {**record, "cases": [{**first, "name": c.name} for c in SUITE]}
-    # Case 77 hung and the deadline came before the watchdog's rerun alone.
+    # Case 77 hung and the deadline came before the watchdog's rerun alone: it is to run alone.
     whole["cases"][76] = hung
     (gen / "call1" / "kernels__suite__a.json").write_text(json.dumps(whole))
-    assert generated(gen, "pending.py") == "0.1.20@77\n"
-    # Rerun alone (and hung again there): a verdict, nothing left.
-    whole["cases"][76] = {**hung, "first_attempt": hung}
+    assert generated(gen, "pending.py") == "0.1.20!77\n"
+    # Beside a case never run, which is not.
+    whole["cases"].pop(0)
     (gen / "call1" / "kernels__suite__a.json").write_text(json.dumps(whole))
-    assert generated(gen, "pending.py") == "\n"
+    assert generated(gen, "pending.py") == "0.1.20@1!77\n"
+    # Rerun alone (and hung again there), or run alone from the start: a verdict, nothing left
+    # but case 1.
+    for decided in ({"first_attempt": hung}, {"alone": True}):
+        whole["cases"][75] = {**hung, **decided}
+        (gen / "call1" / "kernels__suite__a.json").write_text(json.dumps(whole))
+        assert generated(gen, "pending.py") == "0.1.20@1\n"

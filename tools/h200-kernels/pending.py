@@ -8,12 +8,15 @@ other workers (gen7 call 10's 0.1.10 AWQ q/k/v, which gen6's two runs of 0.1.10 
 
     python tools/h200-kernels/pending.py results/h200/gen7 [VERSION ...]
 
-prints e.g. `0.1.13@27-84 0.1.12@29-33,35-84 0.1.11 0.1.10`: a release GEN has not run at all is
-its bare version (the whole suite), one it ran in part `VERSION@SPANS` (1-based, suite order),
-one it ran whole nothing. The releases are those given, else every release with records
-anywhere beside GEN (its parent folder). A cut run's cases are not a prefix (eight workers
-finish them out of order: gen7 call 8 left 0.1.12 with cases 1 - 28 and 34), so the spans come
-from the records, not from where the last call stopped.
+prints e.g. `0.1.13@27-84 0.1.12@29-33,35-84!34 0.1.11 0.1.10`: a release GEN has not run at
+all is its bare version (the whole suite), one it ran in part `VERSION@SPANS` (1-based, suite
+order), one it ran whole nothing; `!SPANS` names the cases whose only records are hangs beside
+other workers never rerun alone, which the sweep then runs alone from the start (`kernels
+--alone`): beside the others, gen7 calls 15 - 20 met the same hangs again and again (0.1.4's
+case 9 four times) while the deadline left their reruns alone undone. The releases are those
+given, else every release with records anywhere beside GEN (its parent folder). A cut run's
+cases are not a prefix (eight workers finish them out of order: gen7 call 8 left 0.1.12 with
+cases 1 - 28 and 34), so the spans come from the records, not from where the last call stopped.
 """
 
 from __future__ import annotations
@@ -29,25 +32,34 @@ from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.record import hang_not_rerun
 
 
-def _cases_by_release(folder: Path) -> dict[str, set[str]]:
+def _cases_by_release(folder: Path, decided: bool = True) -> dict[str, set[str]]:
+    """Per release, the cases its records decided (or, not `decided`, hung beside others and
+    never rerun alone)."""
     found: dict[str, set[str]] = {}
     for version, record in releases_records(folder):
         cases = found.setdefault(version, set())
-        cases.update(str(c["name"]) for c in record["cases"] if not hang_not_rerun(c))
+        cases.update(str(c["name"]) for c in record["cases"] if hang_not_rerun(c) != decided)
     return found
 
 
 def pending(generation: Path, versions: list[str]) -> list[str]:
     """The `sweep.sh` tags that would complete `generation` for `versions`, newest first."""
     ran = _cases_by_release(generation)
+    hung = _cases_by_release(generation, decided=False)
     tags = []
     for version in sorted(versions, key=Version, reverse=True):
         have = ran.get(version, set())
         missing = [i for i, case in enumerate(SUITE, 1) if case.name not in have]
-        if len(missing) == len(SUITE):
+        alone = [i for i in missing if SUITE[i - 1].name in hung.get(version, set())]
+        rest = [i for i in missing if i not in alone]
+        if len(rest) == len(SUITE):
             tags.append(version)
         elif missing:
-            tags.append(f"{version}@{spans(missing).replace(' ', '')}")
+            tags.append(
+                version
+                + (f"@{spans(rest).replace(' ', '')}" if rest else "")
+                + (f"!{spans(alone).replace(' ', '')}" if alone else "")
+            )
     return tags
 
 

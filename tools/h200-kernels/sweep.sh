@@ -15,7 +15,9 @@
 # a run the deadline cut leaves a partial record, and the next call runs the cases it lacks.
 #
 # A run tagged "0.1.20#3@47-84" runs cases 47 - 84 of the suite alone; "0.1.5@45,73-74" runs
-# cases 45, 73 and 74 (a probe of chosen cases). SWEEP_SKIP="0.1.20 0.1.20#2"
+# cases 45, 73 and 74 (a probe of chosen cases); "0.1.4@37-84!13-16" runs cases 37 - 84 and,
+# each with the GPU to itself from the start (`kernels --alone`), cases 13 - 16: hangs beside
+# other workers that no rerun alone decided (pending.py prints such tags). SWEEP_SKIP="0.1.20 0.1.20#2"
 # names runs whose records an earlier machine (now given back) made. A cut run that the next call
 # resumes runs only the cases its earlier records lack (its own record then holds those alone).
 #
@@ -80,39 +82,47 @@ pending() {
     # earlier machine's deadline cut; RECORDS lists the records this tag's earlier attempts on
     # this machine left (a cut run resumes with the cases they lack, not from its first case:
     # gen6 calls 10 - 11 reran 14 - 23 cases of each run); a hang the watchdog never reran alone
-    # counts as not run (pending.py says why). Nothing (the whole suite) when
-    # neither applies; a lone `--cases` when nothing is left. The record module needs msgspec:
-    # $work/deps has it.
+    # counts as not run (pending.py says why), and runs alone (`--alone`, after the cases), as
+    # do the cases of ALONE ("13-16" of a tag "0.1.4@37-84!13-16"). Nothing (the whole suite)
+    # when none of this applies; a lone `--cases` when nothing is left. The record module needs
+    # msgspec: $work/deps has it.
     PYTHONPATH="$work/deps:$PWD/src" python3 -c '
 import json, sys
 from pathlib import Path
 from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.record import hang_not_rerun
-span, listed = sys.argv[1], Path(sys.argv[2])
-names = [c.name for c in SUITE]
-if span:
-    picked = []
-    for part in span.split(","):
+span, alone_span, listed = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+suite = [c.name for c in SUITE]
+def cases(spans):
+    picked = set()
+    for part in filter(None, spans.split(",")):
         first, _, last = part.partition("-")
-        picked += names[int(first) - 1 : int(last or first)]
-    names = picked
-done = set()
+        picked.update(suite[int(first) - 1 : int(last or first)])
+    return picked
+alone = cases(alone_span)
+names = [n for n in suite if n in cases(span) | alone] if span or alone else suite
+done, hung = set(), set()
 for line in listed.read_text().split() if listed.is_file() else []:
     if Path(line).is_file():
-        cases = json.loads(Path(line).read_text())["cases"]
-        done |= {c["name"] for c in cases if not hang_not_rerun(c)}
+        for c in json.loads(Path(line).read_text())["cases"]:
+            (hung if hang_not_rerun(c) else done).add(c["name"])
 rest = [n for n in names if n not in done]
-if span or done:
+if span or alone or done:
     print("\n".join(["--cases", *rest]))
-' "$1" "$2"
+alone = [n for n in rest if n in alone | hung]
+if alone:
+    print("\n".join(["--alone", *alone]))
+' "$1" "$2" "$3"
 }
 
 run_one() {
-    tag=$1; v=${1%%[#@]*}; t=${tag//[#@]/-}; shift
+    tag=$1; v=${1%%[#@!]*}; t=${tag//[#@!]/-}; shift
     if grep -qx "$tag" "$work/done.txt"; then echo "$tag: done in an earlier call"; return; fi
     case " ${SWEEP_SKIP:-} " in *" $tag "*) echo "$tag: done on an earlier machine"; return;; esac
-    span=""; [[ $tag == *@* ]] && span=${tag#*@}
-    mapfile -t cases < <(pending "$span" "$work/records-$t.txt")
+    span=""; alone=""; head=${tag%%!*}
+    [[ $tag == *!* ]] && alone=${tag#*!}
+    [[ $head == *@* ]] && span=${head#*@}
+    mapfile -t cases < <(pending "$span" "$alone" "$work/records-$t.txt")
     if [ "${#cases[@]}" -eq 1 ]; then
         echo "$tag: every case in earlier records"; echo "$tag" >>"$work/done.txt"; return
     fi
@@ -120,7 +130,14 @@ run_one() {
         # Earlier records that hold no case (cut before the first finished) leave the whole
         # suite: no `--cases` at all (gen6 call 17 printed "resuming with -1 cases" for it).
         if [ "${#cases[@]}" -eq 0 ]; then echo "$tag: resuming with the whole suite"
-        else echo "$tag: resuming with $(( ${#cases[@]} - 1 )) cases"; fi
+        else
+            # The names after `--cases`, and of them those after `--alone`.
+            local n=0 a=0 where=""
+            for c in "${cases[@]}"; do
+                case $c in --*) where=$c ;; *) [ "$where" = --cases ] && n=$((n + 1)) || a=$((a + 1)) ;; esac
+            done
+            echo "$tag: resuming with $n cases, $a of them alone"
+        fi
     fi
     install_release "$v" || { echo "$tag: install failed"; cat "$work/pip-$v.log"; return; }
     left=$(( deadline - ($(date +%s) - start) ))
@@ -139,8 +156,10 @@ export work wheelhouse deadline start
 snapshot() {
     # The records and logs so far, as one tarball in $out, replaced whole: a call its time limit
     # kills still brings back what the runs finished before the last snapshot.
+    # The workers' events too (small JSON lines, each with its time): where a run's time went.
     tar -czf "$out/.kernels-sweep.tmp" -C "$work" records load.txt done.txt \
-        $(cd "$work" && ls cli-*.log 2>/dev/null) 2>/dev/null \
+        $(cd "$work" && ls cli-*.log work-*/events-*.jsonl work-*/alone/events-*.jsonl \
+            2>/dev/null) 2>/dev/null \
         && mv -f "$out/.kernels-sweep.tmp" "$out/kernels-sweep.tar.gz"
 }
 
