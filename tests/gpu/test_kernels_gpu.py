@@ -304,6 +304,11 @@ def test_a_case_run_alone_holds_the_gpu_from_its_first_launch_to_its_timing(
         assert seen[:first_wait] == ["built"]
         assert first_wait < seen.index("first_call") < first_check
         assert "gpu_wait" not in seen[seen.index("first_call") :]
+        # The whole table compiled on the first call (no `compile` in the plan): the first
+        # call at 256 tokens only launches, a GPU turn's work under the short limit.
+        firsts = [json.loads(line) for line in stream.getvalue().splitlines()]
+        firsts = [e for e in firsts if e.get("stage") == "first_call"]
+        assert [(e["m"], e.get("on_gpu")) for e in firsts] == [(1, None), (256, True)]
         assert timed_first
         assert done[0]["alone_wait_seconds"] > 0
     else:

@@ -13,7 +13,13 @@ import numpy as np
 from humming_matrix.kernels.cases import GemmKind, KernelCase, WeightScheme
 from humming_matrix.kernels.inputs import Mxfp4Weights, digest, make_weights
 from humming_matrix.kernels.models import SUITE
-from humming_matrix.kernels.runner import Events, _work, describe, load_weights
+from humming_matrix.kernels.runner import (
+    Events,
+    _work,
+    describe,
+    first_call_only_launches,
+    load_weights,
+)
 
 SMALL_MOE = KernelCase(
     name="moe-mxfp4-bf16-small",
@@ -83,3 +89,14 @@ def test_events_are_one_json_object_a_line() -> None:
     parsed = [json.loads(line) for line in lines]
     assert [(p["event"], p["index"]) for p in parsed] == [("start", 3), ("progress", 3)]
     assert all(isinstance(p["time"], float) for p in parsed)
+
+
+def test_a_first_call_only_launches_after_the_first_batch_size_of_a_whole_table() -> None:
+    # The whole table compiles on the case's first call (`--compile all`, and plans from before
+    # `compile`); with `--compile used` each batch size's first call may compile its own kernel.
+    plan: dict[str, Any] = {"batch_sizes": [1, 1024, 2048], "compile": "all"}
+    assert [first_call_only_launches(plan, m) for m in (1, 1024, 2048)] == [False, True, True]
+    old = {"batch_sizes": [16, 1024]}
+    assert [first_call_only_launches(old, m) for m in (16, 1024)] == [False, True]
+    used = {**plan, "compile": "used"}
+    assert [first_call_only_launches(used, m) for m in (1, 1024, 2048)] == [False] * 3

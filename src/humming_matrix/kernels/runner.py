@@ -426,6 +426,14 @@ def _work(case: KernelCase, m: int, topk_ids: np.ndarray[Any, Any] | None) -> tu
     return flop, moved
 
 
+def first_call_only_launches(plan: dict[str, Any], m: int) -> bool:
+    """Whether batch size `m`'s first call only launches kernels compiled already: where the
+    plan compiles the layer's whole table, on the case's first call, every batch size after the
+    first (gen7, 0.1.4's FP8-channel o_proj run alone on an H100: the first call at 1 token
+    took 19 s, those at 2 - 512 tokens at most 0.4 s)."""
+    return _used_by(plan) is None and m != plan["batch_sizes"][0]
+
+
 def _used_by(plan: dict[str, Any]) -> list[int] | None:
     """The batch sizes whose dense kernels alone the plan compiles; None: the whole table (the
     default, and plans from before `compile`)."""
@@ -620,13 +628,23 @@ def run_batch(
             began = watch.add("inputs", began)
             if draw == 0:
                 # The first call JIT-compiles: CPU work, kept out of the GPU lock, except for a
-                # case run alone, which holds the GPU already (its launches alone).
-                if alone:
-                    # A hang here then reads "after first_call m=2048", not "after gpu_wait"
-                    # (gen6 call 18: which batch size hung was not recorded).
-                    signals.events.emit("progress", index=signals.index, stage="first_call", m=m)
-                fn()
-                torch.cuda.synchronize()
+                # case run alone, which holds the GPU already (its launches alone). There a
+                # first call that only launches is GPU work, under the short GPU limit: one that
+                # never returned held the whole machine's GPU for the long one (a sweep's
+                # deadline came first: 0.1.4's FP8-channel o_proj at 1024 tokens, 2026-12-07).
+                # A hang then reads "first_call m=2048", not "gpu_wait" (gen6 call 18: which
+                # batch size hung was not recorded).
+                if alone and first_call_only_launches(plan, m):
+                    with signals.on_gpu("first_call", m):
+                        fn()
+                        torch.cuda.synchronize()
+                else:
+                    if alone:
+                        signals.events.emit(
+                            "progress", index=signals.index, stage="first_call", m=m
+                        )
+                    fn()
+                    torch.cuda.synchronize()
                 watch.add("compile", began)
             with watch.turn(lock, "gpu_check", exclusive=False, m=m):
                 out = fn().contiguous()
