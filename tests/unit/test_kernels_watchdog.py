@@ -481,7 +481,7 @@ def test_an_interrupt_during_the_rerun_keeps_the_hang_and_what_the_rerun_finishe
     work = tmp_path / "w"
 
     def second_rerun_began() -> bool:
-        # Reruns go one at a time, oldest hang first: case 1's has claimed its case.
+        # Case 1's rerun (two go at once, oldest hang first) has claimed its case.
         second = work / "alone" / "queue-2"
         return second.exists() and second.read_text() == "1" and _a_rerun_finished(work)
 
