@@ -7,7 +7,9 @@ never edited by hand):
 ROOT holds one folder per generation (`gen2`, `gen3`, ...), each with the records of its calls.
 For each release and each case of the current suite, the evidence is the records of the newest
 generation that ran that case for that release (its calls pooled); older generations' runs of the
-case are superseded. Every batch is re-judged by the product's kernel judge. Tables:
+case are superseded, and so is a hang cut short beside other workers and never rerun alone
+(`record.cut_short`) wherever another run has the case. Every batch is re-judged by the
+product's kernel judge. Tables:
 
 1. coverage per release: the suite's cases with evidence, those run at least twice in one call
    (an A/A pair), which generations and GPUs the evidence comes from, and how many cases are out
@@ -110,7 +112,8 @@ def evidence(runs: list[Run]) -> Evidence:
 
 
 def superseded(runs: list[Run], chosen: Evidence) -> Evidence:
-    """Per (release, case): the runs of generations older than its evidence's."""
+    """Per (release, case): the runs not of its evidence's generation (older ones, or hangs cut
+    short that its evidence outweighs)."""
     older: Evidence = defaultdict(list)
     for run in runs:
         for name in run.cases:
