@@ -298,14 +298,13 @@ def handle(
 
 def _alone(patterns: Sequence[str] | None, cases: Sequence[Any]) -> list[int]:
     """The indices of the cases `--alone` names; each pattern must match a case run."""
+    chosen: set[int] = set()
     for pattern in patterns or []:
-        if not any(fnmatch.fnmatchcase(c.name, pattern) for c in cases):
+        matched = {i for i, c in enumerate(cases) if fnmatch.fnmatchcase(c.name, pattern)}
+        if not matched:
             raise UsageError(f"--alone {pattern!r} matches none of the cases run")
-    return [
-        i
-        for i, c in enumerate(cases)
-        if any(fnmatch.fnmatchcase(c.name, pattern) for pattern in patterns or [])
-    ]
+        chosen |= matched
+    return sorted(chosen)
 
 
 def _interruption(run: SuiteRun, total: int) -> str:
