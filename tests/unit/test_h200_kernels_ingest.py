@@ -30,7 +30,9 @@ def _ingest(*args: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_later_calls_tarball_adds_only_its_own_records_and_load(tmp_path: Path) -> None:
+def test_a_later_calls_tarball_adds_only_its_own_records_and_load_and_logs_its_events(
+    tmp_path: Path,
+) -> None:
     generation = tmp_path / "results" / "gen9"
     (generation / "call3").mkdir(parents=True)
     (generation / "call3" / "kernels__suite__0.1.19__cut.json").write_text("earlier")
@@ -43,6 +45,8 @@ def test_a_later_calls_tarball_adds_only_its_own_records_and_load(tmp_path: Path
             "load.txt": "5 0 1.0 10\n545 9 2.0 20\n5 1 3.0 30\n10 2 4.0 40\n",
             "done.txt": "inputs\n0.1.19\n",
             "cli-0.1.19.log": "record: ...\n",
+            "work-0.1.19@2-5!7/events-1.jsonl": '{"t": 1}\n',
+            "work-0.1.19@2-5!7/alone/events-2.jsonl": '{"t": 2}\n',
         },
     )
     done = _ingest(tarball, generation / "call4", tmp_path / "logs")
@@ -53,7 +57,10 @@ def test_a_later_calls_tarball_adds_only_its_own_records_and_load(tmp_path: Path
         "load.txt",
     ]
     assert (generation / "call4" / "load.txt").read_text() == "5 1 3.0 30\n10 2 4.0 40\n"
-    assert (tmp_path / "logs" / "cli-0.1.19.log").read_text() == "record: ...\n"
+    logs = tmp_path / "logs"
+    assert (logs / "cli-0.1.19.log").read_text() == "record: ...\n"
+    assert (logs / "work-0.1.19@2-5!7" / "events-1.jsonl").read_text() == '{"t": 1}\n'
+    assert (logs / "work-0.1.19@2-5!7" / "alone" / "events-2.jsonl").read_text() == '{"t": 2}\n'
 
 
 def test_a_first_calls_load_is_kept_whole_and_a_missing_tarball_fails(tmp_path: Path) -> None:
