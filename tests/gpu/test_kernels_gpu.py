@@ -263,14 +263,15 @@ def test_a_case_with_nothing_to_time_takes_no_timing_turn(
 
 
 @pytest.mark.parametrize("alone", [False, True], ids=["beside-others", "alone"])
-def test_a_case_run_alone_holds_the_gpu_from_its_first_launch_to_its_timing(
+def test_a_case_run_alone_holds_the_gpu_from_its_first_check_to_its_timing(
     tmp_path: Any, alone: bool
 ) -> None:
     # Another worker's check holds the GPU (shared) until this case waits for it. Beside others,
     # the case launches and checks under that shared turn and first waits for its timing turn;
-    # run alone (the watchdog's rerun of a hang, `kernels --alone`), it waits once, before its
-    # first launch, and holds the GPU until its timing is done: a check asked for meanwhile
-    # waits for all of it.
+    # run alone (the watchdog's rerun of a hang, `kernels --alone`), it makes its first call at
+    # its first batch size (the whole table's compile) beside the others, waits once, before its
+    # first check, and holds the GPU until its timing is done: a check asked for meanwhile waits
+    # for all of it.
     lock = str(tmp_path / "gpu.lock")
     plan = {**PLAN, "gpu_lock": lock, "alone": alone}
     stream = io.StringIO()
@@ -301,9 +302,9 @@ def test_a_case_run_alone_holds_the_gpu_from_its_first_launch_to_its_timing(
     seen = stages()
     first_wait, first_check = seen.index("gpu_wait"), seen.index("gpu_check")
     if alone:
-        assert seen[:first_wait] == ["built"]
-        assert first_wait < seen.index("first_call") < first_check
-        assert "gpu_wait" not in seen[seen.index("first_call") :]
+        assert seen[:first_wait] == ["built", "first_call"]
+        assert first_wait < first_check
+        assert "gpu_wait" not in seen[first_check:]
         # The whole table compiled on the first call (no `compile` in the plan): the first
         # call at 256 tokens only launches, a GPU turn's work under the short limit.
         firsts = [json.loads(line) for line in stream.getvalue().splitlines()]

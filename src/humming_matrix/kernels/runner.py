@@ -442,6 +442,34 @@ def _used_by(plan: dict[str, Any]) -> list[int] | None:
     return None
 
 
+class AloneHold:
+    """A case run alone's one exclusive hold of the GPU (`watchdog`): taken once, after its
+    first batch size's first call (the JIT compile: CPU work), and kept to its last timing. Its
+    turns inside take no lock, so a nested `flock` cannot deadlock. Its turns taken one by one
+    each waited for the shared turns in flight (gen7 call 18: 0.1.4's FP8-block q/k/v waited
+    279.6 s for 39 checks and 128.7 s for 13 first calls, against 7.3 s of checks)."""
+
+    def __init__(
+        self, lock: str | None, signals: CaseSignals, stack: ExitStack, result: dict[str, Any]
+    ) -> None:
+        self.lock = lock
+        self._signals = signals
+        self._stack = stack
+        self._result = result
+        self._held = False
+
+    def take(self) -> None:
+        """Wait for the GPU alone and keep it until the stack closes; the wait goes into the
+        case's `alone_wait_seconds`. Again: nothing."""
+        if self._held:
+            return
+        self._held = True
+        began = time.perf_counter()
+        waiting = self._signals.waiting
+        self._stack.enter_context(gpu_turn(self.lock, exclusive=True, waiting=waiting))
+        self._result["alone_wait_seconds"] = time.perf_counter() - began
+
+
 def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int) -> dict[str, Any]:
     import torch
 
@@ -484,16 +512,11 @@ def run_case(case: KernelCase, plan: dict[str, Any], events: Events, index: int)
         result["dense_kernels"] = rows
     events.emit("progress", index=index, stage="built", seconds=result["build_seconds"])
     with ExitStack() as held:
+        hold = None
         if plan.get("alone"):
-            # A case run alone (`watchdog`) holds the GPU from here to its last timing, once: its
-            # turns taken one by one each waited for the shared turns in flight (gen7 call 18:
-            # 0.1.4's FP8-block q/k/v waited 279.6 s for 39 checks and 128.7 s for 13 first
-            # calls, against 7.3 s of checks). Its build, a JIT compile, stays outside.
-            began = time.perf_counter()
-            held.enter_context(gpu_turn(lock, exclusive=True, waiting=signals.waiting))
-            result["alone_wait_seconds"] = time.perf_counter() - began
+            hold = AloneHold(lock, signals, held, result)
             plan = dict(plan, gpu_lock=None)
-        _check_and_time(case, layer, weights, plan, device, rule, signals, result)
+        _check_and_time(case, layer, weights, plan, device, rule, signals, result, hold)
     del layer
     torch.cuda.empty_cache()
     return result
@@ -508,17 +531,22 @@ def _check_and_time(
     rule: Int8Rule,
     signals: CaseSignals,
     result: dict[str, Any],
+    hold: AloneHold | None = None,
 ) -> None:
-    """Every batch size's checks, then their timing, into `result` (the built `layer`)."""
+    """Every batch size's checks, then their timing, into `result` (the built `layer`); a case
+    run alone (`hold`) takes its turns inside that hold, the plan's lock None."""
     lock = plan.get("gpu_lock")
     # Under the long limit: uploading and reducing a checkpoint (gpt-oss's 32 experts of 5760 x
-    # 2880) is untimed, so no short bound is known for it.
-    with gpu_turn(lock, exclusive=False, waiting=signals.waiting):
+    # 2880) is untimed, so no short bound is known for it. A case run alone uploads in a shared
+    # turn, before its hold.
+    with gpu_turn(lock if hold is None else hold.lock, exclusive=False, waiting=signals.waiting):
         checkpoint = _Checkpoint(weights)
         w_sq = checkpoint.row_norms_sq()
     timed: list[tuple[dict[str, Any], _Timing]] = []
     for m in plan["batch_sizes"]:
-        batch, timer = run_batch(case, layer, checkpoint, w_sq, m, plan, device, rule, signals)
+        batch, timer = run_batch(
+            case, layer, checkpoint, w_sq, m, plan, device, rule, signals, hold
+        )
         result["batches"].append(batch)
         if timer is not None:
             timed.append((batch, timer))
@@ -585,8 +613,10 @@ def run_batch(
     device: Any,
     rule: Int8Rule,
     signals: CaseSignals,
+    hold: AloneHold | None = None,
 ) -> tuple[dict[str, Any], _Timing | None]:
-    """The checks of one batch size, and how to time it (None if a check raised)."""
+    """The checks of one batch size, and how to time it (None if a check raised); a case run
+    alone takes its `hold` after its first call at its first batch size."""
     import torch
 
     seed = int(plan["seed"])
@@ -609,8 +639,6 @@ def run_batch(
         batch["quant_err"] = []
     watch = _Stopwatch(signals)
     lock = plan.get("gpu_lock")
-    # Run alone (`watchdog`): `run_case` holds the GPU for the whole case, the plan's lock None.
-    alone = bool(plan.get("alone"))
     timer: _Timing | None = None
     try:
         for draw in range(int(plan["draws"])):
@@ -627,25 +655,31 @@ def run_batch(
             fn = layer.call(x_gpu, moe)
             began = watch.add("inputs", began)
             if draw == 0:
-                # The first call JIT-compiles: CPU work, kept out of the GPU lock, except for a
-                # case run alone, which holds the GPU already (its launches alone). There a
-                # first call that only launches is GPU work, under the short GPU limit: one that
-                # never returned held the whole machine's GPU for the long one (a sweep's
-                # deadline came first: 0.1.4's FP8-channel o_proj at 1024 tokens, 2026-12-07).
-                # A hang then reads "first_call m=2048", not "gpu_wait" (gen6 call 18: which
-                # batch size hung was not recorded).
-                if alone and first_call_only_launches(plan, m):
+                # The first call JIT-compiles: CPU work, kept out of the GPU lock. A case run
+                # alone takes its hold after its first batch size's first call: that one compiles
+                # the whole table (17 - 36 s each in gen7 calls 22 - 23, while the GPU sat idle
+                # and every other worker of the machine waited behind the hold: 16 cases run
+                # alone left 16 workers beside them 1 s of GPU each in 2 x 470 s). Its later
+                # first calls only launch: GPU work inside the hold, under the short GPU limit
+                # (one that never returned held the whole machine's GPU for the long one:
+                # 0.1.4's FP8-channel o_proj at 1024 tokens, gen7 call 21). A hang then reads
+                # "first_call m=2048", not "gpu_wait" (gen6 call 18: which batch size hung was
+                # not recorded).
+                if hold is not None and first_call_only_launches(plan, m):
+                    hold.take()
                     with signals.on_gpu("first_call", m):
                         fn()
                         torch.cuda.synchronize()
                 else:
-                    if alone:
+                    if hold is not None:
                         signals.events.emit(
                             "progress", index=signals.index, stage="first_call", m=m
                         )
                     fn()
                     torch.cuda.synchronize()
                 watch.add("compile", began)
+            if hold is not None:
+                hold.take()
             with watch.turn(lock, "gpu_check", exclusive=False, m=m):
                 out = fn().contiguous()
                 torch.cuda.synchronize()

@@ -10,7 +10,7 @@ so it is hung after `gpu_timeout_s`, a shorter limit: every worker of the machin
 hung kernel holds the lock (gen6 calls 12 - 14 lost 90 - 150 s of the whole machine a hang).
 Where other workers shared the GPU (`jobs` > 1, or a lock shared with other runs), each case
 that hung is run once more, alone: one worker of its own that holds the GPU lock exclusively
-from its checkpoint upload to its timing (`"alone"` in its plan, `runner.run_case`), started as
+from its first check to its timing (`"alone"` in its plan, `runner.AloneHold`), started as
 soon as the hang is seen (`ALONE_LANES` at a time; the other workers go on with the queue, their
 GPU turns waiting while it holds the lock). Cases the caller names (`"alone_cases"` in the plan:
 `kernels --alone`, a sweep resuming hangs an earlier call never reran) run alone from the
