@@ -12,7 +12,7 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from humming_matrix.kernels.claims import CaseQueue
-from humming_matrix.kernels.runner import CaseSignals, Events, gpu_turn
+from humming_matrix.kernels.runner import AloneHold, CaseSignals, Events, gpu_turn
 from humming_matrix.kernels.watchdog import worker_environment
 
 
@@ -118,6 +118,45 @@ def test_a_worker_waiting_for_its_turn_pulses_until_it_gets_the_gpu(tmp_path: Pa
     assert 3 <= waited <= 10
     assert len(pulses) <= waited + 1  # none once it has the GPU
     assert all(b - a >= 0.1 for a, b in itertools.pairwise(pulses))
+
+
+def test_a_case_run_alone_holds_the_gpu_once_from_its_first_take_until_its_stack_closes(
+    tmp_path: Path,
+) -> None:
+    lock = str(tmp_path / "gpu.lock")
+    log: list[str] = []
+    result: dict[str, float] = {}
+    stream = io.StringIO()
+    check = _Turn(lock, False, log, "check")
+    check.start()
+    assert check.entered.wait(10)
+    with ExitStack() as stack:
+        hold = AloneHold(lock, CaseSignals(Events(stream), 0), stack, result)
+        taken = threading.Thread(target=hold.take, daemon=True)
+        taken.start()
+        time.sleep(0.5)
+        # It waits for the check in flight, and its waiting closes the GPU to a new check.
+        assert taken.is_alive()
+        assert result == {}
+        later = _Turn(lock, False, log, "later-check")
+        later.start()
+        time.sleep(0.3)
+        check.release.set()
+        taken.join(10)
+        assert not taken.is_alive()
+        assert result["alone_wait_seconds"] >= 0.5
+        waited = result["alone_wait_seconds"]
+        # Held already: a second take neither waits (for its own hold, forever) nor locks again.
+        again = threading.Thread(target=hold.take, daemon=True)
+        again.start()
+        again.join(2)
+        assert not again.is_alive()
+        assert result == {"alone_wait_seconds": waited}
+        time.sleep(0.3)
+        assert log == ["check"]  # the later check waits for the whole hold
+    assert later.entered.wait(10)
+    later.release.set()
+    assert log == ["check", "later-check"]
 
 
 def test_a_turn_on_the_gpu_is_entered_and_left_in_the_event_stream_even_when_its_work_raises() -> (
