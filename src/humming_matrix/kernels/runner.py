@@ -658,8 +658,8 @@ def run_batch(
                 # The first call JIT-compiles: CPU work, kept out of the GPU lock. A case run
                 # alone takes its hold after its first batch size's first call: that one compiles
                 # the whole table (17 - 36 s each in gen7 calls 22 - 23, while the GPU sat idle
-                # and every other worker of the machine waited behind the hold: 16 cases run
-                # alone left 16 workers beside them 1 s of GPU each in 2 x 470 s). Its later
+                # and every other worker of the machine waited behind the hold: the 16 workers
+                # beside them got 13.5 and 17.8 s of GPU turns among them a call). Its later
                 # first calls only launch: GPU work inside the hold, under the short GPU limit
                 # (one that never returned held the whole machine's GPU for the long one:
                 # 0.1.4's FP8-channel o_proj at 1024 tokens, gen7 call 21). A hang then reads
