@@ -32,20 +32,22 @@ from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.record import hang_not_rerun
 
 
-def _cases_by_release(folder: Path, decided: bool = True) -> dict[str, set[str]]:
-    """Per release, the cases its records decided (or, not `decided`, hung beside others and
-    never rerun alone)."""
-    found: dict[str, set[str]] = {}
+def _cases_by_release(folder: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Per release, the cases its records decided, and those that only hung beside others and
+    were never rerun alone: one pass over the records."""
+    decided: dict[str, set[str]] = {}
+    undecided: dict[str, set[str]] = {}
     for version, record in releases_records(folder):
-        cases = found.setdefault(version, set())
-        cases.update(str(c["name"]) for c in record["cases"] if hang_not_rerun(c) != decided)
-    return found
+        for case in record["cases"]:
+            into = undecided if hang_not_rerun(case) else decided
+            into.setdefault(version, set()).add(str(case["name"]))
+        decided.setdefault(version, set())
+    return decided, undecided
 
 
 def pending(generation: Path, versions: list[str]) -> list[str]:
     """The `sweep.sh` tags that would complete `generation` for `versions`, newest first."""
-    ran = _cases_by_release(generation)
-    hung = _cases_by_release(generation, decided=False)
+    ran, hung = _cases_by_release(generation)
     tags = []
     for version in sorted(versions, key=Version, reverse=True):
         have = ran.get(version, set())
@@ -65,7 +67,7 @@ def pending(generation: Path, versions: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     generation = Path(argv[0])
-    versions = argv[1:] or sorted(_cases_by_release(generation.parent))
+    versions = argv[1:] or sorted(_cases_by_release(generation.parent)[0])
     print(" ".join(pending(generation, versions)))
     return 0
 
