@@ -259,7 +259,9 @@ def test_a_case_with_nothing_to_time_takes_no_timing_turn(
     ] * 2
     assert "timing_wait_seconds" not in result
     stages = [json.loads(line).get("stage") for line in stream.getvalue().splitlines()]
-    assert stages == ["built", "batch", "batch"]
+    # The first call at 256 tokens only launches (the table compiled at 1 token): a shared turn,
+    # left when it raises.
+    assert stages == ["built", "batch", "first_call", "left_gpu", "batch"]
 
 
 @pytest.mark.parametrize("alone", [False, True], ids=["beside-others", "alone"])
@@ -313,5 +315,9 @@ def test_a_case_run_alone_holds_the_gpu_from_its_first_check_to_its_timing(
         assert timed_first
         assert done[0]["alone_wait_seconds"] > 0
     else:
-        assert "first_call" not in seen
+        # Its later first calls only launch: shared turns like its checks (the test's shared
+        # turn does not hold them back), so it first waits for its timing turn.
+        firsts = [json.loads(line) for line in stream.getvalue().splitlines()]
+        firsts = [e for e in firsts if e.get("stage") == "first_call"]
+        assert [(e["m"], e.get("on_gpu")) for e in firsts] == [(256, True)]
         assert first_wait > max(i for i, stage in enumerate(seen) if stage == "gpu_check")

@@ -12,7 +12,14 @@ from contextlib import ExitStack, suppress
 from pathlib import Path
 
 from humming_matrix.kernels.claims import CaseQueue
-from humming_matrix.kernels.runner import AloneHold, CaseSignals, Events, gpu_turn
+from humming_matrix.kernels.runner import (
+    AloneHold,
+    CaseSignals,
+    Events,
+    Stopwatch,
+    first_call_turn,
+    gpu_turn,
+)
 from humming_matrix.kernels.watchdog import worker_environment
 
 
@@ -157,6 +164,71 @@ def test_a_case_run_alone_holds_the_gpu_once_from_its_first_take_until_its_stack
     assert later.entered.wait(10)
     later.release.set()
     assert log == ["check", "later-check"]
+
+
+def test_a_first_call_that_only_launches_takes_a_gpu_turn_and_one_that_compiles_takes_none(
+    tmp_path: Path,
+) -> None:
+    lock = str(tmp_path / "gpu.lock")
+    # The whole table compiles at the first batch size (no `compile` in the plan).
+    plan = {"gpu_lock": lock, "batch_sizes": [1, 1024]}
+    stream = io.StringIO()
+    watch = Stopwatch(CaseSignals(Events(stream), 2))
+    log: list[str] = []
+    timing = _Turn(lock, True, log, "timing")
+    timing.start()
+    assert timing.entered.wait(10)
+    # The compile runs beside another worker's timing loop: CPU work, no turn, no event.
+    with first_call_turn(plan, 1, watch, None):
+        log.append("compile")
+    launched = threading.Event()
+
+    def launch() -> None:
+        with first_call_turn(plan, 1024, watch, None):
+            log.append("launch")
+        launched.set()
+
+    threading.Thread(target=launch, daemon=True).start()
+    time.sleep(0.3)
+    # A launch waits for the timing loop, as a check does: inside a turn the watchdog judges a
+    # launch that never returns on the short GPU limit.
+    assert log == ["timing", "compile"]
+    timing.release.set()
+    assert launched.wait(10)
+    assert log == ["timing", "compile", "launch"]
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [
+        (e["stage"], e.get("m"), e.get("on_gpu")) for e in events if e["stage"] != "gpu_wait"
+    ] == [
+        ("first_call", 1024, True),
+        ("left_gpu", 1024, None),
+    ]
+    assert sorted(watch.seconds) == ["compile", "first_call", "gpu_wait"]
+    # A case run alone: the compile says so (the hold is not taken yet); the launch takes the
+    # hold and runs inside it.
+    alone = io.StringIO()
+    result: dict[str, float] = {}
+    with ExitStack() as stack:
+        signals = CaseSignals(Events(alone), 5)
+        hold = AloneHold(lock, signals, stack, result)
+        watch = Stopwatch(signals)
+        with first_call_turn(plan, 1, watch, hold):
+            assert result == {}
+        with first_call_turn(plan, 1024, watch, hold):
+            assert "alone_wait_seconds" in result
+        stages = [json.loads(line) for line in alone.getvalue().splitlines()]
+        assert [(e["stage"], e.get("m"), e.get("on_gpu")) for e in stages] == [
+            ("first_call", 1, None),
+            ("first_call", 1024, True),
+            ("left_gpu", 1024, None),
+        ]
+    # Where the plan compiles each batch size's kernels alone, every first call compiles.
+    used = {**plan, "compile": "used"}
+    quiet = io.StringIO()
+    watch = Stopwatch(CaseSignals(Events(quiet), 6))
+    with first_call_turn(used, 1024, watch, None):
+        pass
+    assert (quiet.getvalue(), sorted(watch.seconds)) == ("", ["compile"])
 
 
 def test_a_turn_on_the_gpu_is_entered_and_left_in_the_event_stream_even_when_its_work_raises() -> (

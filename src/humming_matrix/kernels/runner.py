@@ -276,7 +276,7 @@ def load_weights(case: KernelCase, seed: int, cache_dir: Path | None) -> Weights
     return weights
 
 
-class _Stopwatch:
+class Stopwatch:
     """Seconds per stage of one batch (`batch["seconds"]`): where a release's run goes, and how
     long a worker waited for the GPU behind the other workers of the run."""
 
@@ -300,6 +300,42 @@ class _Stopwatch:
                     yield
             finally:
                 self.add(stage, began)
+
+
+@contextmanager
+def first_call_turn(
+    plan: dict[str, Any], m: int, watch: Stopwatch, hold: AloneHold | None
+) -> Iterator[None]:
+    """Where batch size `m`'s first call runs. One that JIT-compiles is CPU work, out of any
+    GPU turn (under the watchdog's long limit), its seconds `compile`. A case run alone takes
+    its hold after its first batch size's first call: that one compiles the whole table (17 -
+    36 s each in gen7 calls 22 - 23, while the GPU sat idle and every other worker of the
+    machine waited behind the hold: the 16 workers beside them got 13.5 and 17.8 s of GPU turns
+    among them a call).
+
+    One that only launches (`first_call_only_launches`) is GPU work inside a turn, under the
+    short GPU limit, its seconds `first_call`: the hold of a case run alone (one that never
+    returned held the whole machine's GPU for the long limit: 0.1.4's FP8-channel o_proj at
+    1024 tokens, gen7 call 21), a shared turn beside others (outside one, gen7 calls 24 - 25
+    lost two workers a call for the rest of the call, 430 s each, to launches at 1024 tokens of
+    0.1.4's and 0.1.5's FP8-channel GEMMs that never returned, and recorded nothing). A hang
+    then reads "first_call m=1024", not the stage before it."""
+    signals = watch.signals
+    began = time.perf_counter()
+    if not first_call_only_launches(plan, m):
+        if hold is not None:
+            signals.events.emit("progress", index=signals.index, stage="first_call", m=m)
+        yield
+        watch.add("compile", began)
+    elif hold is not None:
+        hold.take()
+        began = time.perf_counter()
+        with signals.on_gpu("first_call", m):
+            yield
+        watch.add("first_call", began)
+    else:
+        with watch.turn(plan.get("gpu_lock"), "first_call", exclusive=False, m=m):
+            yield
 
 
 class _Checkpoint:
@@ -637,7 +673,7 @@ def run_batch(
     if case.activation.quantized:
         batch["rel_err_vs_unquantized"] = []
         batch["quant_err"] = []
-    watch = _Stopwatch(signals)
+    watch = Stopwatch(signals)
     lock = plan.get("gpu_lock")
     timer: _Timing | None = None
     try:
@@ -655,29 +691,9 @@ def run_batch(
             fn = layer.call(x_gpu, moe)
             began = watch.add("inputs", began)
             if draw == 0:
-                # The first call JIT-compiles: CPU work, kept out of the GPU lock. A case run
-                # alone takes its hold after its first batch size's first call: that one compiles
-                # the whole table (17 - 36 s each in gen7 calls 22 - 23, while the GPU sat idle
-                # and every other worker of the machine waited behind the hold: the 16 workers
-                # beside them got 13.5 and 17.8 s of GPU turns among them a call). Its later
-                # first calls only launch: GPU work inside the hold, under the short GPU limit
-                # (one that never returned held the whole machine's GPU for the long one:
-                # 0.1.4's FP8-channel o_proj at 1024 tokens, gen7 call 21). A hang then reads
-                # "first_call m=2048", not "gpu_wait" (gen6 call 18: which batch size hung was
-                # not recorded).
-                if hold is not None and first_call_only_launches(plan, m):
-                    hold.take()
-                    with signals.on_gpu("first_call", m):
-                        fn()
-                        torch.cuda.synchronize()
-                else:
-                    if hold is not None:
-                        signals.events.emit(
-                            "progress", index=signals.index, stage="first_call", m=m
-                        )
+                with first_call_turn(plan, m, watch, hold):
                     fn()
                     torch.cuda.synchronize()
-                watch.add("compile", began)
             if hold is not None:
                 hold.take()
             with watch.turn(lock, "gpu_check", exclusive=False, m=m):
