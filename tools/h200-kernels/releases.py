@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -167,13 +167,22 @@ def _problems(name: str, runs: list[Run]) -> tuple[str, str, str, str] | None:
         detail.append(f"{_fmt(min(units))} - {_fmt(top)}u" if math.isfinite(top) else "inf u")
     detail += sorted(set(reasons))[:2]
     label = "cannot build" if worst is CaseState.UNSUPPORTED else worst.value
-    whole = sum(1 for run in runs if CaseState(run.cases[name]["state"]) is worst)
+    per_run = Counter(CaseState(run.cases[name]["state"]) for run in runs)
+    whole = per_run[worst]
     held = ""
     if worst in (CaseState.HANG, CaseState.CRASH) and whole < len(runs):
         # A hang that other runs of the release got past says so: an intermittent kernel hang
         # (0.1.2 - 0.1.5's FP8-channel GEMMs, gen6 calls 12 - 14) or, before the waiting pulse
-        # (gen6 calls 9 - 11), perhaps a worker queued behind another's hung GPU turn.
-        held = f" in {whole} of {len(runs)} runs"
+        # (gen6 calls 9 - 11), perhaps a worker queued behind another's hung GPU turn. The other
+        # runs' own whole-case breakage is named too: "hang in 4 of 5 runs" alone would read as
+        # one run that went through, where gen7 call 26's fifth run crashed (SIGSEGV).
+        others = sorted(
+            ((s, n) for s, n in per_run.items() if s in BROKEN and s is not worst),
+            key=lambda item: -item[0].severity,
+        )
+        held = f" in {whole} of {len(runs)} runs" + "".join(
+            f", {s.value} in {n}" for s, n in others
+        )
     return label, held, ", ".join(map(str, sorted(failing))), "; ".join(detail)[:160]
 
 
