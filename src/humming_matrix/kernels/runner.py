@@ -317,9 +317,9 @@ def first_call_turn(
     short GPU limit, its seconds `first_call`: the hold of a case run alone (one that never
     returned held the whole machine's GPU for the long limit: 0.1.4's FP8-channel o_proj at
     1024 tokens, gen7 call 21), a shared turn beside others (outside one, gen7 calls 24 - 25
-    lost two workers a call for the rest of the call, 430 s each, to launches at 1024 tokens of
-    0.1.4's and 0.1.5's FP8-channel GEMMs that never returned, and recorded nothing). A hang
-    then reads "first_call m=1024", not the stage before it."""
+    lost three workers a call for the rest of the call, 401 - 523 s each, to launches at 1024
+    tokens of 0.1.4's and 0.1.5's FP8-channel GEMMs that never returned, and recorded nothing).
+    A hang then reads "first_call m=1024", not the stage before it."""
     signals = watch.signals
     began = time.perf_counter()
     if not first_call_only_launches(plan, m):
