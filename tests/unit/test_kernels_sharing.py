@@ -11,7 +11,9 @@ import time
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
+from humming_matrix.kernels.cases import GemmKind
 from humming_matrix.kernels.claims import CaseQueue
+from humming_matrix.kernels.models import SUITE
 from humming_matrix.kernels.runner import (
     AloneHold,
     CaseSignals,
@@ -166,6 +168,10 @@ def test_a_case_run_alone_holds_the_gpu_once_from_its_first_take_until_its_stack
     assert log == ["check", "later-check"]
 
 
+DENSE = next(c for c in SUITE if c.kind is GemmKind.DENSE)
+MOE = next(c for c in SUITE if c.kind is GemmKind.MOE)
+
+
 def test_a_first_call_that_only_launches_takes_a_gpu_turn_and_one_that_compiles_takes_none(
     tmp_path: Path,
 ) -> None:
@@ -179,12 +185,12 @@ def test_a_first_call_that_only_launches_takes_a_gpu_turn_and_one_that_compiles_
     timing.start()
     assert timing.entered.wait(10)
     # The compile runs beside another worker's timing loop: CPU work, no turn, no event.
-    with first_call_turn(plan, 1, watch, None):
+    with first_call_turn(DENSE, plan, 1, watch, None):
         log.append("compile")
     launched = threading.Event()
 
     def launch() -> None:
-        with first_call_turn(plan, 1024, watch, None):
+        with first_call_turn(DENSE, plan, 1024, watch, None):
             log.append("launch")
         launched.set()
 
@@ -212,9 +218,9 @@ def test_a_first_call_that_only_launches_takes_a_gpu_turn_and_one_that_compiles_
         signals = CaseSignals(Events(alone), 5)
         hold = AloneHold(lock, signals, stack, result)
         watch = Stopwatch(signals)
-        with first_call_turn(plan, 1, watch, hold):
+        with first_call_turn(DENSE, plan, 1, watch, hold):
             assert result == {}
-        with first_call_turn(plan, 1024, watch, hold):
+        with first_call_turn(DENSE, plan, 1024, watch, hold):
             assert "alone_wait_seconds" in result
         stages = [json.loads(line) for line in alone.getvalue().splitlines()]
         assert [(e["stage"], e.get("m"), e.get("on_gpu")) for e in stages] == [
@@ -226,8 +232,19 @@ def test_a_first_call_that_only_launches_takes_a_gpu_turn_and_one_that_compiles_
     used = {**plan, "compile": "used"}
     quiet = io.StringIO()
     watch = Stopwatch(CaseSignals(Events(quiet), 6))
-    with first_call_turn(used, 1024, watch, None):
+    with first_call_turn(DENSE, used, 1024, watch, None):
         pass
+    assert (quiet.getvalue(), sorted(watch.seconds)) == ("", ["compile"])
+    # And a MoE layer's: its call compiles the config its row count picks. It runs beside the
+    # timing loop of another worker.
+    timing = _Turn(lock, True, log, "moe-timing")
+    timing.start()
+    assert timing.entered.wait(10)
+    watch = Stopwatch(CaseSignals(Events(quiet), 7))
+    with first_call_turn(MOE, plan, 1024, watch, None):
+        log.append("moe-compile")
+    timing.release.set()
+    assert log[-2:] == ["moe-timing", "moe-compile"]
     assert (quiet.getvalue(), sorted(watch.seconds)) == ("", ["compile"])
 
 

@@ -304,7 +304,7 @@ class Stopwatch:
 
 @contextmanager
 def first_call_turn(
-    plan: dict[str, Any], m: int, watch: Stopwatch, hold: AloneHold | None
+    case: KernelCase, plan: dict[str, Any], m: int, watch: Stopwatch, hold: AloneHold | None
 ) -> Iterator[None]:
     """Where batch size `m`'s first call runs. One that JIT-compiles is CPU work, out of any
     GPU turn (under the watchdog's long limit), its seconds `compile`. A case run alone takes
@@ -322,7 +322,7 @@ def first_call_turn(
     A hang then reads "first_call m=1024", not the stage before it."""
     signals = watch.signals
     began = time.perf_counter()
-    if not first_call_only_launches(plan, m):
+    if not first_call_only_launches(case, plan, m):
         if hold is not None:
             signals.events.emit("progress", index=signals.index, stage="first_call", m=m)
         yield
@@ -462,12 +462,15 @@ def _work(case: KernelCase, m: int, topk_ids: np.ndarray[Any, Any] | None) -> tu
     return flop, moved
 
 
-def first_call_only_launches(plan: dict[str, Any], m: int) -> bool:
+def first_call_only_launches(case: KernelCase, plan: dict[str, Any], m: int) -> bool:
     """Whether batch size `m`'s first call only launches kernels compiled already: where the
-    plan compiles the layer's whole table, on the case's first call, every batch size after the
-    first (gen7, 0.1.4's FP8-channel o_proj run alone on an H100: the first call at 1 token
-    took 19 s, those at 2 - 512 tokens at most 0.4 s)."""
-    return _used_by(plan) is None and m != plan["batch_sizes"][0]
+    plan compiles a dense layer's whole table, on the case's first call, every batch size after
+    the first (gen7, 0.1.4's FP8-channel o_proj run alone on an H100: the first call at 1 token
+    took 19 s, those at 2 - 512 tokens at most 0.4 s; the median of gen7's 5148 dense ones
+    beside others 1 ms). Not a MoE layer's: the table is the dense kernels', and a MoE call
+    compiles the config its row count picks (`adapter.BuiltLayer.moe_tuning`): gen7's 11,636 MoE
+    first calls after the first took a median 0.34 s and up to 35 s."""
+    return case.kind is GemmKind.DENSE and _used_by(plan) is None and m != plan["batch_sizes"][0]
 
 
 def _used_by(plan: dict[str, Any]) -> list[int] | None:
@@ -691,7 +694,7 @@ def run_batch(
             fn = layer.call(x_gpu, moe)
             began = watch.add("inputs", began)
             if draw == 0:
-                with first_call_turn(plan, m, watch, hold):
+                with first_call_turn(case, plan, m, watch, hold):
                     fn()
                     torch.cuda.synchronize()
             if hold is not None:
