@@ -18,10 +18,10 @@ def test_the_committed_seventh_generation_lacks_what_the_last_calls_left() -> No
     # 0.1.4 with hangs beside other workers the deadline left without their rerun alone (0.1.4's
     # case 9 four times, until call 20 reran it alone: it hung there too), which count as not
     # run and are to run alone (after the "!"): the spans are not a prefix. Calls 22 - 23 ran
-    # those alone: each hung again. Calls 24 - 25 ran 0.1.5's case 34 alone (a hang) and 38 and
-    # 36 more cases; 0.1.4's case 73 hung beside others at the deadline, and 0.1.4's 11 and 15
-    # and 0.1.5's 39 never returned from a first call outside a GPU turn (no record). 0.1.0 -
-    # 0.1.3 not begun.
+    # those alone: each hung again. Calls 24 - 25 recorded 36 and 37 case results of 0.1.5 and
+    # 0.1.4, 0.1.5's case 34 alone among them (a hang); 0.1.4's case 73 hung beside others and
+    # the deadline cut its rerun alone; 0.1.4's 11 and 15 and 0.1.5's 39 and 52 never returned
+    # from a first call outside a GPU turn (no record). 0.1.0 - 0.1.3 not begun.
     assert generated(RESULTS / "gen7", "pending.py") == (
         "0.1.5@39,52,67-68,73-84 0.1.4@11,15,74-84!73 0.1.3 0.1.2 0.1.1 0.1.0\n"
     )
