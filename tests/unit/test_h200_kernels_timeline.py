@@ -45,7 +45,9 @@ def test_each_case_of_a_worker_has_its_seconds_by_stage_and_its_outcome(tmp_path
     ]
     folder = tmp_path / "work-0.1.4@2"
     folder.mkdir()
-    (folder / "events-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    # The worker killed mid-write: its last line half there, and not an event.
+    torn = '{"event": "progress", "time": 11'
+    (folder / "events-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + torn)
     assert generated(tmp_path, "timeline.py") == (
         HEAD + RULE + "| work-0.1.4@2/events-1.jsonl | a | 0.5 | 0.4 | 7.0 | 0.2 | 2.0 | pass |\n"
         "| work-0.1.4@2/events-1.jsonl | b | 11.0 | 0.0 | 0.0 | 3.0 | 0.0"

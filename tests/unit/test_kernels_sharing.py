@@ -210,24 +210,33 @@ def test_a_first_call_that_only_launches_takes_a_gpu_turn_and_one_that_compiles_
         ("left_gpu", 1024, None),
     ]
     assert sorted(watch.seconds) == ["compile", "first_call", "gpu_wait"]
-    # A case run alone: the compile says so (the hold is not taken yet); the launch takes the
-    # hold and runs inside it.
+    # A case run alone (its plan's lock None, as `run_case` makes it): the compile says so (the
+    # hold is not taken yet); the launch takes the hold and runs inside it.
     alone = io.StringIO()
     result: dict[str, float] = {}
+    inside = {**plan, "gpu_lock": None}
     with ExitStack() as stack:
         signals = CaseSignals(Events(alone), 5)
         hold = AloneHold(lock, signals, stack, result)
         watch = Stopwatch(signals)
-        with first_call_turn(DENSE, plan, 1, watch, hold):
+        with first_call_turn(DENSE, inside, 1, watch, hold):
             assert result == {}
-        with first_call_turn(DENSE, plan, 1024, watch, hold):
+        with first_call_turn(DENSE, inside, 1024, watch, hold):
             assert "alone_wait_seconds" in result
+            # Held: a check of another worker waits.
+            other = _Turn(lock, False, log, "other-check")
+            other.start()
+            time.sleep(0.3)
+            assert "other-check" not in log
         stages = [json.loads(line) for line in alone.getvalue().splitlines()]
         assert [(e["stage"], e.get("m"), e.get("on_gpu")) for e in stages] == [
             ("first_call", 1, None),
             ("first_call", 1024, True),
             ("left_gpu", 1024, None),
         ]
+        assert sorted(watch.seconds) == ["compile", "first_call", "gpu_wait"]
+    assert other.entered.wait(10)
+    other.release.set()
     # Where the plan compiles each batch size's kernels alone, every first call compiles.
     used = {**plan, "compile": "used"}
     quiet = io.StringIO()

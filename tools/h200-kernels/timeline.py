@@ -15,11 +15,12 @@ this says what it waited for, which they do not (gen7 call 21's rerun alone wait
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from humming_matrix.kernels.watchdog import EventReader
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,6 @@ class Span:
     end: str
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _stage(event: dict[str, Any]) -> str:
     m = event.get("m")
     return f"{event.get('stage')}" + (f" m={m}" if m is not None else "")
@@ -49,7 +45,7 @@ def _stage(event: dict[str, Any]) -> str:
 def spans(path: Path, source: str) -> list[Span]:
     """The cases of one worker's events file. Each event's seconds run until the next event
     (the last case's until the file's last event)."""
-    events = _events(path)
+    events = EventReader(path).read()
     if not events:
         return []
     origin = events[0]["time"]

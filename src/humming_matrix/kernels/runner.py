@@ -327,13 +327,10 @@ def first_call_turn(
             signals.events.emit("progress", index=signals.index, stage="first_call", m=m)
         yield
         watch.add("compile", began)
-    elif hold is not None:
-        hold.take()
-        began = time.perf_counter()
-        with signals.on_gpu("first_call", m):
-            yield
-        watch.add("first_call", began)
     else:
+        # Run alone, the plan's lock is None inside the hold: the turn is the hold's.
+        if hold is not None:
+            hold.take()
         with watch.turn(plan.get("gpu_lock"), "first_call", exclusive=False, m=m):
             yield
 

@@ -123,8 +123,9 @@ def worker_process(
         stop_group(proc, KILL_GRACE_SECONDS)
 
 
-class _EventReader:
-    """Reads complete JSON lines appended to a file since the last call."""
+class EventReader:
+    """Reads complete JSON lines appended to a file since the last call: a line a killed worker
+    left half-written is not one (`tools/h200-kernels/timeline.py` reads whole files with it)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -212,7 +213,7 @@ class _Lane:
     """One worker process and what it has said: the watchdog runs `jobs` of them at once."""
 
     proc: subprocess.Popen[bytes]
-    reader: _EventReader
+    reader: EventReader
     log_path: Path
     resources: ExitStack
     last_pulse: float
@@ -368,7 +369,7 @@ class Watchdog:
         argv = [*self.worker, str(plan_path), str(events_path)]
         env = worker_environment(1 if alone else self.jobs, os.environ, os.cpu_count())
         proc = resources.enter_context(worker_process(argv, log, env))
-        reader = _EventReader(events_path)
+        reader = EventReader(events_path)
         return _Lane(proc, reader, log_path, resources, self.clock(), queue, indices, alone)
 
     def _tend(
