@@ -64,9 +64,16 @@ def test_the_committed_index_is_the_generated_one() -> None:
     assert (
         "| 0.1.1 | 84 | 79 | gen6 84 | H100 80GB HBM3 | 6 | 46 | 0 | 37 | - | 12, 33-34, 39-40 |"
     ) in coverage
-    # Call 23 ran 0.1.2's cases 81 - 84, the last the index lacked, and its A/A gaps: every
-    # release from 0.1.2 on has every case in an A/A pair of one call.
-    assert "| 0.1.2 | 84 | 84 | gen6 84 | H100 80GB HBM3 | 6 | 49 | 0 | 36 | - | - |" in coverage
+    # Gen6 call 23 ran 0.1.2's cases 81 - 84, the last the index lacked, and its A/A gaps: every
+    # release from 0.1.2 on had every case in an A/A pair of one call. Gen7 calls 29 - 30 began
+    # 0.1.3's and 0.1.2's full sweeps, one run each: the cases they recorded (1 - 33, and
+    # 0.1.3's 39) are gen7's, gen6 stands for the rest, A/A pairs included.
+    assert (
+        "| 0.1.2 | 84 | 51 | gen7 33, gen6 51 | H100 80GB HBM3 | 6 | 43 | 0 | 37 | - | 1-33 |"
+    ) in coverage
+    assert (
+        "| 0.1.3 | 84 | 50 | gen7 34, gen6 50 | H100 80GB HBM3 | 7 | 44 | 0 | 34 | - | 1-33, 39 |"
+    ) in coverage
     # 0.1.0 - 0.1.2 give the same GPTQ int8 MoE errors, 0.1.0's from calls 20 - 22.
     assert (
         "| 0.1.0 | moe-down-gptq-int4-g128-int8-2048x768-e128k8 | fail | 1, 16, 128, 2048 |"
@@ -223,23 +230,26 @@ def test_the_committed_index_is_the_generated_one() -> None:
         " progress for 30 s in its GPU turn (gpu_check m=1024), run alone; worker process group"
         " killed, next case runs in a fresh process; no progress for 30 s in its  | gen7 |"
     ) in problems
-    # Gen6's runs of the same kernel at 2048 tokens: one hung, the other gave NaN/Inf.
+    # Gen6's runs of 0.1.3's: one hung at 2048 tokens, the other gave NaN/Inf there. Gen7 calls
+    # 29 - 30 are its newest evidence: a hang at 1024, beside the others and again alone.
     assert (
-        "| 0.1.3 | o-fp8-channel-fp8-e4m3-1536x1536 | hang in 1 of 2 runs, nonfinite in 1 | 2048 |"
-        " err_units inf > 1 (the rounding and accumulation bound); no progress for 90 s after"
-        " batch m=128; worker process group killed, next case runs in a fresh process | gen6 |"
+        "| 0.1.3 | o-fp8-channel-fp8-e4m3-1536x1536 | hang |  | no progress for 30 s in its GPU"
+        " turn (gpu_check m=1024), rerun alone; worker process group killed, next case runs in a"
+        " fresh process | gen7 |"
     ) in problems
-    # ... and still counts as broken. Gen7 calls 15 - 25 ran 68 and 70 cases of 0.1.5's and
-    # 0.1.4's full sweeps (counting the hangs never rerun alone); gen6's A/A pairs stand for the
-    # rest. Call 26 ran 0.1.5's o_proj 1536x1536 twice (case 14): an A/A pair.
+    # Gen6 stands for 0.1.1 still: its MXFP4 FP8 o_proj hung in one run, gave NaN/Inf in another.
     assert (
-        "| 0.1.5 | 84 | 17 | gen7 68, gen6 16 | H100 80GB HBM3 | 8 | 46 | 0 | 36 | - |"
-        " 1-13, 15-38, 40-51, 53-66, 69-72 |"
-    ) in coverage
+        "| 0.1.1 | o-mxfp4-fp8-e4m3-2048x4096 | hang in 1 of 4 runs, nonfinite in 1 | 2048 |"
+        " 3.6e+31 - 9.8e+35u; err_units inf > 1 (the rounding and accumulation bound); no progress"
+        " for 30 s in its GPU turn (gpu_check m=2048); worker process group kille | gen6 |"
+    ) in problems
+    # ... and still counts as broken. Gen7 calls 15 - 28 ran 0.1.5's and 0.1.4's full sweeps
+    # whole: gen6 no longer stands for any of their cases, nor for its A/A pairs. Call 26 ran
+    # 0.1.5's o_proj 1536x1536 twice (case 14): an A/A pair.
     assert (
-        "| 0.1.4 | 84 | 14 | gen7 70, gen6 14 | H100 80GB HBM3 | 4 | 45 | 0 | 40 | - |"
-        " 1-10, 12-14, 16-72 |"
+        "| 0.1.5 | 84 | 1 | gen7 84 | H100 80GB HBM3 | 8 | 43 | 0 | 37 | - | 1-13, 15-84 |"
     ) in coverage
+    assert "| 0.1.4 | 84 | 0 | gen7 84 | H100 80GB HBM3 | 4 | 44 | 0 | 41 | - | 1-84 |" in coverage
     # Gen7 calls 22 - 23 ran 16 such hangs alone from the start (`kernels --alone`): every one
     # hung again, at 1024 - 4096 tokens, and so is a verdict. Gen6's 200 s hang of 0.1.5's
     # FP8-channel gate/up, one attempt beside others, gives way to it.
@@ -264,8 +274,8 @@ def test_the_committed_index_is_the_generated_one() -> None:
     # A hang rerun alone (gen6; gen7 call 24): the one that came back is counted apart, the
     # one that hung again says so.
     assert (
-        "| 0.1.5 | qkv-mxfp4-bf16-5120x2048 | hang in 2 of 3 runs |  | hung beside other workers"
-        " in 1 of 3 runs, not when rerun alone; no progress for 30 s in its GPU turn (gpu_check"
+        "| 0.1.1 | o-mxfp4-bf16-2048x4096 | hang in 2 of 4 runs |  | hung beside other workers"
+        " in 1 of 4 runs, not when rerun alone; no progress for 30 s in its GPU turn (gpu_check"
         " m=2048); worker process group killed, next case  | gen6 |"
     ) in problems
     assert (
@@ -275,7 +285,7 @@ def test_the_committed_index_is_the_generated_one() -> None:
     ) in problems
     # A hang inside a check turn is judged on the GPU limit (`--gpu-timeout`, 30 s) and says so.
     assert (
-        "| 0.1.5 | o-gptq-int4-g128-fp8-e4m3-2048x4096 | hang |  | no progress for 30 s in its"
+        "| 0.1.1 | o-gptq-int4-g128-fp8-e4m3-2048x4096 | hang |  | no progress for 30 s in its"
         " GPU turn (gpu_check m=2048); worker process group killed, next case runs in a fresh"
         " process | gen6 |"
     ) in problems
