@@ -38,7 +38,8 @@ def test_each_case_of_a_worker_has_its_seconds_by_stage_and_its_outcome(tmp_path
         {"event": "progress", "time": 110.0, "stage": "gpu_check", "m": 1, "on_gpu": True},
         {"event": "progress", "time": 110.25, "stage": "left_gpu", "m": 1},
         {"event": "progress", "time": 110.5, "stage": "timed"},
-        {"event": "case", "time": 111.0, "index": 0, "result": {"outcome": "pass"}},
+        # A case the release cannot build: the worker names the state itself.
+        {"event": "case", "time": 111.0, "index": 0, "result": {"state": "unsupported"}},
         {"event": "start", "time": 111.0, "index": 1, "case": "b"},
         {"event": "progress", "time": 112.0, "stage": "gpu_check", "m": 16, "on_gpu": True},
         {"event": "progress", "time": 115.0, "stage": "gpu_check", "m": 16, "on_gpu": True},
@@ -49,7 +50,37 @@ def test_each_case_of_a_worker_has_its_seconds_by_stage_and_its_outcome(tmp_path
     torn = '{"event": "progress", "time": 11'
     (folder / "events-1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + torn)
     assert generated(tmp_path, "timeline.py") == (
-        HEAD + RULE + "| work-0.1.4@2/events-1.jsonl | a | 0.5 | 0.4 | 7.0 | 0.2 | 2.0 | pass |\n"
+        HEAD
+        + RULE
+        + "| work-0.1.4@2/events-1.jsonl | a | 0.5 | 0.4 | 7.0 | 0.2 | 2.0 | unsupported |\n"
         "| work-0.1.4@2/events-1.jsonl | b | 11.0 | 0.0 | 0.0 | 3.0 | 0.0"
         " | events end in gpu_check m=16 |\n"
     )
+
+
+def test_a_finished_case_ends_in_the_state_its_numbers_give() -> None:
+    # A worker's result holds its batches' numbers, not a state: the state is assessed from
+    # them, as the record's is. Gen7 call 28 finished 0.1.4's last four cases (MXFP4 MoE with
+    # FP8 activations): the two with wide scales out of tolerance, the others not bit-identical
+    # on relaunch, as the call's record says.
+    assert generated(RESULTS / "gen7" / "call28" / "events" / "0.1.4", "timeline.py") == (
+        HEAD + RULE + "| events-1.jsonl | moe-down-mxfp4-fp8-e4m3-2048x768-e128k8-wide-scales"
+        " | 1.5 | 0.7 | 0.0 | 15.6 | 0.0 | fail |\n"
+        "| events-2.jsonl | moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8"
+        " | 0.5 | 1.2 | 0.0 | 14.4 | 0.0 | nondeterministic |\n"
+        "| events-3.jsonl | moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales"
+        " | 0.5 | 1.4 | 0.0 | 14.1 | 0.0 | fail |\n"
+        "| events-4.jsonl | moe-down-mxfp4-fp8-e4m3-2048x768-e128k8"
+        " | 0.5 | 1.2 | 0.0 | 14.4 | 0.0 | nondeterministic |\n"
+    )
+    states = {
+        c["name"]: c["state"]
+        for record in (RESULTS / "gen7" / "call28").glob("*__0.1.4__*.json")
+        for c in json.loads(record.read_text())["cases"]
+    }
+    assert states == {
+        "moe-down-mxfp4-fp8-e4m3-2048x768-e128k8-wide-scales": "fail",
+        "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8": "nondeterministic",
+        "moe-gate-up-mxfp4-fp8-e4m3-1536x2048-e128k8-wide-scales": "fail",
+        "moe-down-mxfp4-fp8-e4m3-2048x768-e128k8": "nondeterministic",
+    }

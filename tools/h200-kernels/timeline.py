@@ -7,7 +7,7 @@
 A folder stands for every events-*.jsonl under it. One line a case, in the order the workers
 started them: its events file, seconds from that worker's start, then seconds spent building,
 waiting for the GPU lock, inside GPU turns (checks and timing, a case run alone's one hold
-included), in first calls outside a turn (a compile), and how it ended: its outcome, or the
+included), in first calls outside a turn (a compile), and how it ended: its state, or the
 stage it was in when its events stop (a hang the watchdog killed, or a call cut short: how long
 it stayed there is the watchdog's to say, not the file's). The records say what a case gave;
 this says what it waited for, which they do not (gen7 call 21's rerun alone waited 130 s).
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from humming_matrix.kernels.assess import assess_case
 from humming_matrix.kernels.watchdog import EventReader
 
 
@@ -70,7 +71,8 @@ def spans(path: Path, source: str) -> list[Span]:
         elif stage == "first_call":
             case["first_call"] += seconds
         if kind == "case":
-            case["end"] = str(event["result"].get("outcome", "?"))
+            # The worker sends the numbers; the state is the parent's reading of them.
+            case["end"] = assess_case(event["result"])[0].value
         elif following is None or following.get("event") == "start":
             case["end"] = f"events end in {_stage(event)}"
         if case["end"]:
