@@ -21,9 +21,8 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from humming_matrix.kernels.watchdog import EventReader
+from timeline import ENDED, spans  # this folder's: a worker's events, case by case
 
 CUT_S = 60.0
 
@@ -56,28 +55,17 @@ def unrecorded(call: Path) -> list[Unrecorded]:
     found: list[Unrecorded] = []
     for run in sorted(p for p in (call / "events").iterdir() if p.is_dir()):
         recorded = _recorded(call, run.name)
-        ends: list[tuple[str, str, dict[str, Any]]] = []
-        last = 0.0
-        for path in sorted(run.rglob("events-*.jsonl")):
-            case: str | None = None
-            final: dict[str, Any] = {}
-            for event in EventReader(path).read():
-                last = max(last, float(event["time"]))
-                if event.get("event") == "start":
-                    if case is not None:
-                        ends.append((str(path.relative_to(run)), case, final))
-                    case = str(event["case"])
-                final = event
-            if case is not None:
-                ends.append((str(path.relative_to(run)), case, final))
-        for source, case, final in ends:
-            if case in recorded:
-                continue
-            stage = f"{final.get('stage', final.get('event'))}"
-            if final.get("m") is not None:
-                stage += f" m={final['m']}"
-            before = last - float(final["time"])
-            found.append(Unrecorded(run.name, source, case, stage, before))
+        begun = [
+            span
+            for path in sorted(run.rglob("events-*.jsonl"))
+            for span in spans(path, str(path.relative_to(run)))
+        ]
+        last = max((span.until for span in begun), default=0.0)
+        found += [
+            Unrecorded(run.name, s.source, s.case, s.end.removeprefix(ENDED), last - s.until)
+            for s in begun
+            if s.case not in recorded
+        ]
     return found
 
 

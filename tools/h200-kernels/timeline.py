@@ -23,6 +23,8 @@ from typing import Any
 from humming_matrix.kernels.assess import assess_case
 from humming_matrix.kernels.watchdog import EventReader
 
+ENDED = "events end in "  # a case's end, when its events stop before a result
+
 
 @dataclass(frozen=True)
 class Span:
@@ -36,6 +38,7 @@ class Span:
     gpu: float
     first_call: float
     end: str
+    until: float  # the clock time of the case's last event
 
 
 def _stage(event: dict[str, Any]) -> str:
@@ -74,9 +77,9 @@ def spans(path: Path, source: str) -> list[Span]:
             # The worker sends the numbers; the state is the parent's reading of them.
             case["end"] = assess_case(event["result"])[0].value
         elif following is None or following.get("event") == "start":
-            case["end"] = f"events end in {_stage(event)}"
+            case["end"] = f"{ENDED}{_stage(event)}"
         if case["end"]:
-            found.append(Span(source=source, **case))
+            found.append(Span(source=source, until=event["time"], **case))
             case = None
     return found
 
