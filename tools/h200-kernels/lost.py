@@ -17,11 +17,11 @@ The last line counts them.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from table import releases_records  # this folder's per-generation tables
 from timeline import ENDED, spans  # this folder's: a worker's events, case by case
 
 CUT_S = 60.0
@@ -42,19 +42,13 @@ class Unrecorded:
         return self.before_end > CUT_S
 
 
-def _recorded(call: Path, version: str) -> set[str]:
-    return {
-        case["name"]
-        for record in call.glob(f"kernels__suite__{version}__*.json")
-        for case in json.loads(record.read_text())["cases"]
-    }
-
-
 def unrecorded(call: Path) -> list[Unrecorded]:
     """Every case begun under CALL/events/ that the call's records lack, release by release."""
+    recorded: dict[str, set[str]] = {}
+    for version, record in releases_records(call):
+        recorded.setdefault(version, set()).update(case["name"] for case in record["cases"])
     found: list[Unrecorded] = []
     for run in sorted(p for p in (call / "events").iterdir() if p.is_dir()):
-        recorded = _recorded(call, run.name)
         begun = [
             span
             for path in sorted(run.rglob("events-*.jsonl"))
@@ -64,7 +58,7 @@ def unrecorded(call: Path) -> list[Unrecorded]:
         found += [
             Unrecorded(run.name, s.source, s.case, s.end.removeprefix(ENDED), last - s.until)
             for s in begun
-            if s.case not in recorded
+            if s.case not in recorded.get(run.name, set())
         ]
     return found
 
